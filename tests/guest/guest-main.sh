@@ -1,0 +1,66 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Runs inside the guest, chrooted into the host's root: loads the modules,
+# brings up Soft-RoCE if asked, runs each command and writes N.out / N.rc into
+# the results folder, then the kernel log. The host's run-in-guest.sh reads them.
+set -u
+R=/run/mrn-results
+. $R/guest.conf
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TMPDIR=/tmp LANG=C.UTF-8
+ulimit -l unlimited
+ulimit -c 0
+
+setup_fail() {
+	echo "$*" >>$R/setup.err
+	echo "guest: set-up failed: $*"
+	dmesg >$R/dmesg.txt 2>&1
+	sync
+	exit 1
+}
+
+if [ "$MRN_RXE" = 1 ]; then
+	# crc32_generic first: rxe cannot init its crc32 without it.
+	modprobe crc32_generic || setup_fail "modprobe crc32_generic"
+	for m in rdma_rxe ib_uverbs rdma_ucm virtio_net; do
+		modprobe $m || setup_fail "modprobe $m"
+	done
+	ip link set lo up
+	for i in $(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
+	ip addr add 10.0.2.15/24 dev eth0 || setup_fail "no eth0"
+	ip link set eth0 up || setup_fail "cannot bring up eth0"
+	rdma link add rxe0 type rxe netdev eth0 || setup_fail "rdma link add rxe0 failed"
+	for i in $(seq 100); do
+		ibv_devices 2>/dev/null | grep -qw rxe0 && break
+		sleep 0.1
+	done
+	ibv_devices 2>/dev/null | grep -qw rxe0 || setup_fail "rxe0 did not appear"
+fi
+
+for m in "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
+	name=$(basename "$m" .ko)
+	params=
+	for p in "${MRN_MODULE_PARAMS[@]+"${MRN_MODULE_PARAMS[@]}"}"; do
+		[ "${p%% *}" = "$name" ] && params=${p#* }
+	done
+	# shellcheck disable=SC2086 # params are word-split on purpose
+	insmod "$m" $params || setup_fail "insmod $m $params failed"
+done
+
+for e in "${MRN_ENV[@]+"${MRN_ENV[@]}"}"; do
+	export "${e?}"
+done
+cd "$MRN_CWD" || setup_fail "cannot cd to $MRN_CWD"
+
+i=0
+for c in "${MRN_COMMANDS[@]}"; do
+	i=$((i + 1))
+	echo "guest: running $c"
+	timeout -s KILL "$MRN_TEST_TIMEOUT" /bin/sh -c "$c" >$R/$i.out 2>&1 </dev/null
+	echo $? >$R/$i.rc
+	sync
+done
+
+dmesg >$R/dmesg.txt 2>&1
+: >$R/done
+sync

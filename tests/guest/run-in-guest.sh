@@ -1,0 +1,306 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# run-in-guest.sh: boot a Debian kernel under qemu (TCG) with the host's root
+# file system shared read-only over 9p, load kernel modules (ours and, on
+# request, Soft-RoCE), run test programs inside the guest and bring their
+# output and exit status back to the host.
+#
+# Why a guest: the build machines' own kernel has no module support, so the
+# module and rxe can only be exercised in a kernel we boot ourselves.
+#
+# Exit status: 0 when every program exited 0 and the kernel log is clean,
+# 1 when a program failed or the kernel complained, 2 on a usage or set-up
+# error, 3 when the guest did not finish in time (it is killed).
+
+set -u -o pipefail
+
+prog=$(basename "$0")
+
+usage() {
+	cat <<EOF
+Usage: $prog [options] [--] 'COMMAND' ['COMMAND' ...]
+
+Boots the guest kernel, loads the modules, then runs each COMMAND (a shell
+command line, run by /bin/sh in the guest's chroot of the host's /) one after
+the other. Prints each command's output and exit status, then a summary.
+
+Options:
+  --kernel-image FILE   bzImage to boot (default: /boot/vmlinuz-<release of
+                        --kernel-build>)
+  --kernel-build DIR    kernel build tree the modules were built against
+                        (default: /lib/modules/\$(uname -r)/build, else the
+                        newest /lib/modules/*/build)
+  --module FILE.ko      insmod this module in the guest (repeatable; in order)
+  --module-param 'NAME ARGS'
+                        parameters for the module named NAME (repeatable)
+  --rxe                 load Soft-RoCE and create rxe0 on a virtio-net device
+  --cwd DIR             working directory of the commands (default: \$PWD)
+  --env NAME=VALUE      export this variable to the commands (repeatable)
+  --timeout SECONDS     kill the guest after this long (default: 900)
+  --test-timeout SECONDS
+                        kill one command after this long (default: 600)
+  --memory MIB          guest memory (default: 2048)
+  --smp N               guest CPUs (default: 2)
+  --results DIR         keep results here (default: a new temporary folder);
+                        DIR/serial.log is the guest console,
+                        DIR/N.out and DIR/N.rc each command's output and status,
+                        DIR/dmesg.txt the guest kernel log
+  --allow-kernel-warnings
+                        do not fail when the guest kernel log has a WARNING,
+                        BUG, Oops or lockdep report
+  --quiet               print only failing commands' output
+  -h, --help            this text
+EOF
+}
+
+die() {
+	echo "$prog: $*" >&2
+	exit 2
+}
+
+kernel_build=
+kernel_image=
+modules=()
+module_params=()
+rxe=0
+cwd=$PWD
+envs=()
+timeout_s=900
+test_timeout_s=600
+memory=2048
+smp=2
+results=
+allow_warn=0
+quiet=0
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--kernel-image) kernel_image=$2; shift 2 ;;
+	--kernel-build) kernel_build=$2; shift 2 ;;
+	--module) modules+=("$(readlink -f "$2")"); shift 2 ;;
+	--module-param) module_params+=("$2"); shift 2 ;;
+	--rxe) rxe=1; shift ;;
+	--cwd) cwd=$(readlink -f "$2"); shift 2 ;;
+	--env) envs+=("$2"); shift 2 ;;
+	--timeout) timeout_s=$2; shift 2 ;;
+	--test-timeout) test_timeout_s=$2; shift 2 ;;
+	--memory) memory=$2; shift 2 ;;
+	--smp) smp=$2; shift 2 ;;
+	--results) results=$2; shift 2 ;;
+	--allow-kernel-warnings) allow_warn=1; shift ;;
+	--quiet) quiet=1; shift ;;
+	-h|--help) usage; exit 0 ;;
+	--) shift; break ;;
+	-*) usage >&2; die "unknown option $1" ;;
+	*) break ;;
+	esac
+done
+[ $# -gt 0 ] || { usage >&2; die "no command to run"; }
+
+for n in "$timeout_s" "$test_timeout_s" "$memory" "$smp"; do
+	[[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number"
+done
+for e in "${envs[@]+"${envs[@]}"}"; do
+	[[ "$e" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env wants NAME=VALUE, not '$e'"
+done
+for m in "${modules[@]+"${modules[@]}"}"; do
+	[ -f "$m" ] || die "module $m does not exist (build it first)"
+done
+
+# --- what to boot -----------------------------------------------------------
+
+if [ -z "$kernel_build" ]; then
+	if [ -d "/lib/modules/$(uname -r)/build" ]; then
+		kernel_build=/lib/modules/$(uname -r)/build
+	else
+		kernel_build=$(ls -d /lib/modules/*/build 2>/dev/null | sort -V | tail -n 1)
+	fi
+fi
+[ -n "$kernel_build" ] && [ -d "$kernel_build" ] ||
+	die "no kernel build tree found; install linux-headers-amd64 or pass --kernel-build"
+release=$(sed -n 's/^#define UTS_RELEASE "\(.*\)"/\1/p' \
+	"$kernel_build/include/generated/utsrelease.h" 2>/dev/null)
+[ -n "$release" ] || die "cannot read the kernel release of $kernel_build"
+moddir=/lib/modules/$release
+[ -d "$moddir/kernel" ] ||
+	die "$moddir/kernel is missing; install linux-image-$release (or linux-image-amd64)"
+[ -n "$kernel_image" ] || kernel_image=/boot/vmlinuz-$release
+[ -r "$kernel_image" ] ||
+	die "kernel image $kernel_image is missing; install linux-image-$release (or linux-image-amd64)"
+
+qemu=$(command -v qemu-system-x86_64) ||
+	die "qemu-system-x86_64 is missing; install qemu-system-x86"
+busybox=
+for b in /bin/busybox /usr/bin/busybox; do
+	if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then busybox=$b; break; fi
+done
+[ -n "$busybox" ] || die "a static busybox is missing; install busybox-static"
+command -v cpio >/dev/null || die "cpio is missing; install cpio"
+
+# --- results folder ---------------------------------------------------------
+
+if [ -z "$results" ]; then
+	results=$(mktemp -d "${TMPDIR:-/tmp}/mrn-guest.XXXXXX")
+else
+	mkdir -p "$results" || die "cannot create $results"
+	rm -f "$results"/*.out "$results"/*.rc "$results"/serial.log \
+		"$results"/dmesg.txt "$results"/setup.* "$results"/done
+fi
+results=$(readlink -f "$results")
+
+# --- the initramfs: busybox, the 9p modules, and an init that chroots -------
+
+# Modules the initramfs needs to mount the host's root; their dependencies are
+# taken from modules.dep and loaded first (virtio before virtio_ring fails).
+declare -A seen=()
+ordered=()
+add_module() { # $1: path relative to $moddir
+	local rel=$1 dep
+	[ -n "${seen[$rel]+x}" ] && return
+	seen[$rel]=1
+	for dep in $(awk -v m="$rel:" '$1 == m { $1 = ""; print }' "$moddir/modules.dep"); do
+		add_module "$dep"
+	done
+	ordered+=("$rel")
+}
+for name in virtio_pci 9pnet_virtio 9p; do
+	rel=$(awk -F: -v n="/$name.ko" 'index($1, n) && substr($1, length($1) - length(n) + 1) == n { print $1; exit }' \
+		"$moddir/modules.dep")
+	[ -n "$rel" ] || die "module $name not found in $moddir/modules.dep"
+	add_module "$rel"
+done
+
+cache_dir=${XDG_CACHE_HOME:-$HOME/.cache}/mrnotify
+mkdir -p "$cache_dir" || die "cannot create $cache_dir"
+initrd=$cache_dir/initramfs-$release.cpio.gz
+init_src=$(dirname "$(readlink -f "$0")")/guest-init.sh
+[ -r "$init_src" ] || die "$init_src is missing"
+if [ ! -s "$initrd" ] || [ "$init_src" -nt "$initrd" ] || [ "$0" -nt "$initrd" ]; then
+	stage=$(mktemp -d) || die "mktemp failed"
+	mkdir -p "$stage"/{bin,dev,proc,sys,mnt,lib/mod}
+	cp "$busybox" "$stage/bin/busybox"
+	cp "$init_src" "$stage/init"
+	chmod 755 "$stage/init"
+	: >"$stage/lib/mod/order"
+	for rel in "${ordered[@]}"; do
+		f="$moddir/$rel"
+		base=$(basename "$rel")
+		case "$rel" in
+		*.ko) cp "$f" "$stage/lib/mod/$base" ;;
+		*.ko.xz) xz -dc "$f" >"$stage/lib/mod/${base%.xz}"; base=${base%.xz} ;;
+		*.ko.zst) zstd -qdc "$f" >"$stage/lib/mod/${base%.zst}"; base=${base%.zst} ;;
+		*) die "unknown module format $rel" ;;
+		esac
+		echo "$base" >>"$stage/lib/mod/order"
+	done
+	(cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) >"$initrd.tmp" &&
+		mv "$initrd.tmp" "$initrd" || die "cannot build the initramfs"
+	rm -rf "$stage"
+fi
+
+# --- the script the guest runs inside the chroot ----------------------------
+
+q() { printf '%q' "$1"; }
+{
+	echo "# generated by $prog"
+	echo "MRN_RXE=$rxe"
+	echo "MRN_CWD=$(q "$cwd")"
+	echo "MRN_TEST_TIMEOUT=$test_timeout_s"
+	printf 'MRN_MODULES=('
+	for m in "${modules[@]+"${modules[@]}"}"; do printf ' %s' "$(q "$m")"; done
+	echo ' )'
+	printf 'MRN_MODULE_PARAMS=('
+	for m in "${module_params[@]+"${module_params[@]}"}"; do printf ' %s' "$(q "$m")"; done
+	echo ' )'
+	printf 'MRN_ENV=('
+	for e in "${envs[@]+"${envs[@]}"}"; do printf ' %s' "$(q "$e")"; done
+	echo ' )'
+	printf 'MRN_COMMANDS=('
+	for c in "$@"; do printf ' %s' "$(q "$c")"; done
+	echo ' )'
+} >"$results/guest.conf"
+cp "$(dirname "$(readlink -f "$0")")/guest-main.sh" "$results/guest-main.sh" ||
+	die "guest-main.sh is missing"
+
+# --- boot ---------------------------------------------------------------------
+
+netargs=()
+if [ "$rxe" = 1 ]; then
+	# restrict=on: the guest's network reaches nothing outside qemu. rxe
+	# traffic to the guest's own address is looped back inside the guest.
+	netargs=(-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0)
+else
+	netargs=(-nic none)
+fi
+
+echo "$prog: booting $kernel_image ($release) with ${#modules[@]} module(s)$([ "$rxe" = 1 ] && echo ' and rxe0'), $# command(s)" >&2
+start=$(date +%s)
+timeout --foreground -s KILL "$timeout_s" "$qemu" \
+	-machine q35 -accel tcg -cpu max -m "$memory" -smp "$smp" \
+	-nographic -no-reboot -serial stdio -monitor none \
+	-kernel "$kernel_image" -initrd "$initrd" \
+	-append "console=ttyS0 quiet loglevel=4 panic=-1" \
+	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+	-virtfs "local,path=$results,mount_tag=results,security_model=none,multidevs=remap" \
+	"${netargs[@]}" </dev/null >"$results/serial.log" 2>&1
+qrc=$?
+elapsed=$(($(date +%s) - start))
+
+# --- report -------------------------------------------------------------------
+
+status=0
+if [ ! -e "$results/done" ]; then
+	if [ $qrc -eq 137 ] || [ $qrc -eq 124 ]; then
+		echo "$prog: the guest did not finish within ${timeout_s}s and was killed" >&2
+		status=3
+	else
+		echo "$prog: the guest stopped before finishing (qemu exit $qrc)" >&2
+		status=1
+	fi
+	echo "$prog: last lines of the console ($results/serial.log):" >&2
+	tail -n 40 "$results/serial.log" >&2
+fi
+if [ -e "$results/setup.err" ]; then
+	echo "$prog: guest set-up failed:" >&2
+	cat "$results/setup.err" >&2
+	status=1
+fi
+
+passed=0
+failed=0
+i=0
+for c in "$@"; do
+	i=$((i + 1))
+	rc=$(cat "$results/$i.rc" 2>/dev/null)
+	if [ -z "$rc" ]; then
+		label="NOT RUN"
+		failed=$((failed + 1))
+		[ $status -ne 0 ] || status=1
+	elif [ "$rc" = 0 ]; then
+		label="ok"
+		passed=$((passed + 1))
+	else
+		label="FAILED (exit $rc)"
+		failed=$((failed + 1))
+		[ $status -ne 0 ] || status=1
+	fi
+	if [ "$quiet" = 0 ] || [ "$label" != ok ]; then
+		echo "===== guest: $c"
+		[ -r "$results/$i.out" ] && cat "$results/$i.out"
+	fi
+	echo "===== guest: $c: $label"
+done
+
+if [ -r "$results/dmesg.txt" ]; then
+	bad=$(grep -E 'WARNING:|BUG:|Oops|general protection|possible circular locking|lockdep|INFO: task .* blocked|KASAN|refcount_t:|kmemleak' \
+		"$results/dmesg.txt")
+	if [ -n "$bad" ]; then
+		echo "$prog: the guest kernel log reports problems ($results/dmesg.txt):" >&2
+		echo "$bad" >&2
+		[ "$allow_warn" = 1 ] || { [ $status -ne 0 ] || status=1; }
+	fi
+fi
+
+echo "$prog: $passed of $# command(s) passed in ${elapsed}s; results in $results" >&2
+exit $status
