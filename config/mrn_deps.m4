@@ -1,0 +1,123 @@
+# Dependency checks. Each optional part gets MRN_WITH_<part>=yes|no and a
+# reason shown in the summary at the end of configure.
+
+# MRN_CHECK_OMPI: Open MPI devel headers. Found from mpicc --showme, then
+# pkg-config ompi; --with-ompi=DIR names the directory holding opal/ and
+# ompi_config.h-era headers (…/include/openmpi).
+AC_DEFUN([MRN_CHECK_OMPI], [
+  AC_ARG_WITH([ompi],
+    [AS_HELP_STRING([--with-ompi=DIR], [Open MPI's internal headers (the dir with opal_config.h); default: from mpicc --showme or pkg-config ompi])],
+    [], [with_ompi=check])
+  mrn_ompi_inc=
+  mrn_ompi_why=
+  AS_CASE([$with_ompi],
+    [no], [mrn_ompi_why="disabled by --without-ompi"],
+    [check|yes], [
+      AC_PATH_PROG([MPICC], [mpicc])
+      AS_IF([test -n "$MPICC"], [
+        for d in `$MPICC --showme:incdirs 2>/dev/null`; do
+          AS_IF([test -r "$d/opal_config.h"], [mrn_ompi_inc=$d])
+          AS_IF([test -z "$mrn_ompi_inc" && test -r "$d/openmpi/opal_config.h"], [mrn_ompi_inc=$d/openmpi])
+        done])
+      AS_IF([test -z "$mrn_ompi_inc" && test -n "$PKG_CONFIG"], [
+        for f in `$PKG_CONFIG --cflags-only-I ompi 2>/dev/null`; do
+          d=${f#-I}
+          AS_IF([test -r "$d/opal_config.h"], [mrn_ompi_inc=$d])
+          AS_IF([test -z "$mrn_ompi_inc" && test -r "$d/openmpi/opal_config.h"], [mrn_ompi_inc=$d/openmpi])
+        done])
+      AS_IF([test -z "$mrn_ompi_inc"], [mrn_ompi_why="Open MPI devel headers not found (install libopenmpi-dev or pass --with-ompi=DIR)"])],
+    [AS_IF([test -r "$with_ompi/opal_config.h"], [mrn_ompi_inc=$with_ompi],
+       [AC_MSG_ERROR([--with-ompi=$with_ompi: no opal_config.h there])])])
+  AC_MSG_CHECKING([for Open MPI internal headers])
+  AS_IF([test -n "$mrn_ompi_inc"], [
+    MRN_WITH_OMPI=yes
+    OMPI_CPPFLAGS="-I$mrn_ompi_inc"
+    mrn_ompi_ver=`sed -n 's/^#define OPAL_VERSION "\(.*\)"/\1/p' "$mrn_ompi_inc/opal/version.h" 2>/dev/null`
+    AC_MSG_RESULT([$mrn_ompi_inc (Open MPI $mrn_ompi_ver)])
+    mrn_ompi_why="Open MPI $mrn_ompi_ver at $mrn_ompi_inc"
+  ], [
+    MRN_WITH_OMPI=no
+    AC_MSG_RESULT([no: $mrn_ompi_why])
+    AS_IF([test "x$with_ompi" = xyes], [AC_MSG_ERROR([$mrn_ompi_why])])
+  ])
+  AC_SUBST([OMPI_CPPFLAGS])
+  AM_CONDITIONAL([MRN_WITH_OMPI], [test "x$MRN_WITH_OMPI" = xyes])
+])
+
+# MRN_CHECK_PKG(VAR, module, what to install)
+AC_DEFUN([MRN_CHECK_PKG], [
+  PKG_CHECK_MODULES([$1], [$2], [MRN_HAVE_$1=yes
+    mrn_why_$1="`$PKG_CONFIG --modversion $2 | head -n 1`"],
+    [MRN_HAVE_$1=no
+    mrn_why_$1="$2 not found (install $3)"])
+  AM_CONDITIONAL([MRN_HAVE_$1], [test "x$MRN_HAVE_$1" = xyes])
+])
+
+# MRN_CHECK_KERNEL: the kernel build tree for the module and, for the guest
+# tests, the bootable image of the same release.
+AC_DEFUN([MRN_CHECK_KERNEL], [
+  AC_ARG_WITH([kernel-build],
+    [AS_HELP_STRING([--with-kernel-build=DIR], [kernel build tree for mrnotify.ko (default: /lib/modules/`uname -r`/build, else the newest /lib/modules/*/build); --without-kernel-build skips the module])],
+    [], [with_kernel_build=check])
+  AC_ARG_WITH([kernel-image],
+    [AS_HELP_STRING([--with-kernel-image=FILE], [kernel image the guest tests boot (default: /boot/vmlinuz-<release of the build tree>)])],
+    [], [with_kernel_image=check])
+  KERNEL_BUILD=
+  KERNEL_RELEASE=
+  mrn_kmod_why=
+  AS_CASE([$with_kernel_build],
+    [no], [mrn_kmod_why="disabled by --without-kernel-build"],
+    [check|yes], [
+      AS_IF([test -d "/lib/modules/`uname -r`/build"], [KERNEL_BUILD=/lib/modules/`uname -r`/build],
+        [KERNEL_BUILD=`ls -d /lib/modules/*/build 2>/dev/null | sort -V | tail -n 1`])
+      AS_IF([test -z "$KERNEL_BUILD"], [mrn_kmod_why="no kernel build tree (install linux-headers-amd64 or pass --with-kernel-build=DIR)"])],
+    [KERNEL_BUILD=$with_kernel_build])
+  AC_MSG_CHECKING([for a kernel build tree])
+  AS_IF([test -n "$KERNEL_BUILD"], [
+    KERNEL_RELEASE=`sed -n 's/^#define UTS_RELEASE "\(.*\)"/\1/p' "$KERNEL_BUILD/include/generated/utsrelease.h" 2>/dev/null`
+    AS_IF([test -z "$KERNEL_RELEASE"], [
+      AC_MSG_RESULT([no])
+      AC_MSG_ERROR([$KERNEL_BUILD is not a configured kernel build tree (no include/generated/utsrelease.h)])])
+    AS_IF([grep -q '^CONFIG_MMU_NOTIFIER=y' "$KERNEL_BUILD/.config" 2>/dev/null || grep -q 'define CONFIG_MMU_NOTIFIER 1' "$KERNEL_BUILD/include/generated/autoconf.h" 2>/dev/null], [],
+      [AC_MSG_RESULT([no])
+       AC_MSG_ERROR([the kernel in $KERNEL_BUILD lacks CONFIG_MMU_NOTIFIER, which mrnotify.ko needs])])
+    AC_MSG_RESULT([$KERNEL_BUILD ($KERNEL_RELEASE)])
+    MRN_WITH_KMOD=yes
+    mrn_kmod_why="against $KERNEL_RELEASE ($KERNEL_BUILD)"
+  ], [
+    AC_MSG_RESULT([no])
+    MRN_WITH_KMOD=no
+    AS_IF([test "x$with_kernel_build" = xyes], [AC_MSG_ERROR([$mrn_kmod_why])])
+  ])
+  AC_ARG_WITH([kmoddir],
+    [AS_HELP_STRING([--with-kmoddir=DIR], [where make install puts mrnotify.ko (default: /lib/modules/<release>/updates)])],
+    [kmoddir=$with_kmoddir], [kmoddir="/lib/modules/$KERNEL_RELEASE/updates"])
+  AC_SUBST([kmoddir])
+  AC_SUBST([KERNEL_BUILD])
+  AC_SUBST([KERNEL_RELEASE])
+  AM_CONDITIONAL([MRN_WITH_KMOD], [test "x$MRN_WITH_KMOD" = xyes])
+
+  # Guest tests: qemu, the matching image, a static busybox, cpio.
+  AC_PATH_PROG([QEMU], [qemu-system-x86_64])
+  AC_PATH_PROG([CPIO], [cpio])
+  AC_MSG_CHECKING([for a static busybox])
+  BUSYBOX=
+  for b in /bin/busybox /usr/bin/busybox; do
+    AS_IF([test -x "$b" && ! ldd "$b" >/dev/null 2>&1], [BUSYBOX=$b; break])
+  done
+  AS_IF([test -n "$BUSYBOX"], [AC_MSG_RESULT([$BUSYBOX])], [AC_MSG_RESULT([no])])
+  KERNEL_IMAGE=
+  AS_CASE([$with_kernel_image],
+    [no], [],
+    [check|yes], [AS_IF([test -n "$KERNEL_RELEASE" && test -r "/boot/vmlinuz-$KERNEL_RELEASE"], [KERNEL_IMAGE=/boot/vmlinuz-$KERNEL_RELEASE])],
+    [KERNEL_IMAGE=$with_kernel_image])
+  AC_MSG_CHECKING([for a bootable kernel image for the guest tests])
+  AS_IF([test -n "$KERNEL_IMAGE"], [AC_MSG_RESULT([$KERNEL_IMAGE])], [AC_MSG_RESULT([no])])
+  mrn_guest_missing=
+  AS_IF([test "x$MRN_WITH_KMOD" != xyes], [mrn_guest_missing="$mrn_guest_missing linux-headers-amd64"])
+  AS_IF([test -z "$KERNEL_IMAGE"], [mrn_guest_missing="$mrn_guest_missing linux-image-amd64"])
+  AS_IF([test -z "$QEMU"], [mrn_guest_missing="$mrn_guest_missing qemu-system-x86"])
+  AS_IF([test -z "$BUSYBOX"], [mrn_guest_missing="$mrn_guest_missing busybox-static"])
+  AS_IF([test -z "$CPIO"], [mrn_guest_missing="$mrn_guest_missing cpio"])
+  AC_SUBST([KERNEL_IMAGE])
+])

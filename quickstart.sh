@@ -1,0 +1,96 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# mrnotify quick start, for a Debian 12 machine (run as root, or with sudo
+# available for installing packages):
+#   ./quickstart.sh demo   build, boot a guest kernel with mrnotify.ko and
+#                          Soft-RoCE, and show the cache at work
+#   ./quickstart.sh test   build and run every test: unit tests on the host,
+#                          then the guest tests (module + rxe), then distcheck
+# Each does its own set-up: missing Debian packages, autogen, configure, make.
+# The build goes to _build/ (MRNOTIFY_BUILD_DIR overrides).
+set -u -o pipefail
+
+top=$(cd "$(dirname "$0")" && pwd)
+build=${MRNOTIFY_BUILD_DIR:-$top/_build}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+packages=(
+	autoconf automake libtool pkg-config make gcc g++
+	libgtest-dev libbenchmark-dev
+	libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
+	libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev
+	linux-headers-amd64 linux-image-amd64 kmod
+	qemu-system-x86 busybox-static cpio iproute2
+)
+
+say() { printf '\n== %s\n' "$*"; }
+die() { printf 'quickstart: %s\n' "$*" >&2; exit 1; }
+
+install_packages() {
+	local missing=() p
+	for p in "${packages[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	say "installing Debian packages: ${missing[*]}"
+	local sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends "${missing[@]}" ||
+		die "could not install: ${missing[*]}"
+}
+
+build_tree() {
+	cd "$top" || die "no $top"
+	if [ ! -x configure ] || [ configure.ac -nt configure ]; then
+		say "autogen"
+		./autogen.sh >/dev/null || die "autogen.sh failed"
+	fi
+	mkdir -p "$build" && cd "$build" || die "cannot create $build"
+	if [ ! -f Makefile ] || [ "$top/configure" -nt config.status ]; then
+		say "configure"
+		"$top/configure" --enable-werror || die "configure failed (see $build/config.log)"
+	fi
+	say "make"
+	make -j"$jobs" || die "build failed"
+}
+
+run_tests() {
+	local status=0
+	say "unit tests (make check)"
+	make -j"$jobs" check || status=1
+	say "guest tests (make check-guest: qemu, mrnotify.ko, Soft-RoCE)"
+	make check-guest || status=1
+	say "make distcheck"
+	make -j"$jobs" distcheck >distcheck.log 2>&1 || {
+		tail -n 40 distcheck.log
+		echo "make distcheck failed (full log: $build/distcheck.log)"
+		status=1
+	}
+	grep -E '^# (TOTAL|PASS|FAIL|ERROR)' distcheck.log | sed 's/^/distcheck /'
+	say "summary"
+	shopt -s nullglob
+	"$top/tools/test-summary.sh" tests/unit/*.log tests/guest-results/[0-9]*.out || status=1
+	return $status
+}
+
+case "${1:-}" in
+demo)
+	install_packages
+	build_tree
+	say "demo (in a qemu guest; takes about a minute under emulation)"
+	make demo
+	;;
+test)
+	install_packages
+	build_tree
+	run_tests
+	;;
+*)
+	sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac

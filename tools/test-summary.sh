@@ -1,0 +1,21 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Adds up GoogleTest results from test logs: one line per log, then a total.
+# A log without a GoogleTest summary (the program crashed, or never ran its
+# tests) counts as one failed test. Usage: test-summary.sh LOG...
+set -u
+tp=0 tf=0 ts=0
+for log in "$@"; do
+	[ -r "$log" ] || continue
+	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\..*/\1/p' "$log" | tail -n 1)
+	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
+	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
+	if [ -z "$p" ] && [ -z "$f" ]; then
+		if grep -q '^\[==========\] .* ran\.' "$log"; then p=0; else f=1; fi
+	fi
+	p=${p:-0} f=${f:-0} s=${s:-0}
+	printf '%-40s %d passed, %d failed, %d skipped\n' "$(basename "$(dirname "$log")")/$(basename "$log"):" "$p" "$f" "$s"
+	tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
+done
+echo "total: $tp passed, $tf failed, $ts skipped"
+[ "$tf" -eq 0 ]
