@@ -27,7 +27,13 @@ mount -t sysfs sysfs $r/sys
 mount -t devtmpfs devtmpfs $r/dev
 mkdir -p $r/dev/pts $r/dev/shm
 mount -t devpts devpts $r/dev/pts
-for d in /tmp /run /root /dev/shm /var/tmp; do
+# Writable scratch space over the read-only root. /run/host keeps a view of
+# the host's root without these tmpfs mounts, so that a build tree under,
+# say, /tmp stays reachable (guest-main.sh binds it back in place).
+mount -t tmpfs -o mode=755 tmpfs $r/run || fail "cannot mount tmpfs on /run"
+mkdir -p $r/run/host
+mount --bind $r $r/run/host || fail "cannot bind the host's root"
+for d in /tmp /root /dev/shm /var/tmp; do
 	mount -t tmpfs -o mode=1777 tmpfs $r$d || fail "cannot mount tmpfs on $d"
 done
 mkdir -p $r/run/mrn-results

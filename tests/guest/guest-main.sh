@@ -37,6 +37,16 @@ if [ "$MRN_RXE" = 1 ]; then
 	ibv_devices 2>/dev/null | grep -qw rxe0 || setup_fail "rxe0 did not appear"
 fi
 
+# Paths the commands need that a tmpfs above hides (a build tree in /tmp):
+# bind them back from the unmasked view of the host's root.
+for p in "$MRN_CWD" "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
+	[ -d "$p" ] || p=$(dirname "$p")
+	if [ ! -e "$p" ] && [ -e "/run/host$p" ]; then
+		mkdir -p "$p" && mount --bind "/run/host$p" "$p" ||
+			setup_fail "cannot make $p visible in the guest"
+	fi
+done
+
 for m in "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
 	name=$(basename "$m" .ko)
 	params=
