@@ -1,0 +1,769 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mrnotify: invalidation counter and dirty list for user-space RDMA
+ * registration caches.
+ *
+ * Each open file of /dev/mrnotify is a context bound to the opener's mm.
+ * User space registers byte ranges; each becomes an mmu_interval_notifier.
+ * When the core mm announces a change that can replace the pages under a
+ * range, the notifier callback marks the registration dirty and bumps a
+ * 64-bit generation in a page mapped read-only into the process. A cache
+ * checks that word on every hit and, when it moved, drains the dirty
+ * registrations with one ioctl.
+ *
+ * Locking:
+ *  - ctx->regs.xa_lock (a spinlock) protects the dirty marks, reg->state,
+ *    the generation and the counters. It is the only lock the notifier
+ *    callback takes, so the mark is complete before munmap() and friends
+ *    return, and the callback never sleeps, allocates or defers work.
+ *  - ctx->mutex serialises REGISTER, UNREGISTER and DRAIN: it keeps a
+ *    registration alive while an ioctl works on it outside the spinlock.
+ *    The notifier never takes it, so waiting for callbacks under it
+ *    (mmu_interval_notifier_remove, mmu_interval_read_begin) is safe.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/build_bug.h>
+#include <linux/device.h>
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/mmu_notifier.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+#include <linux/mutex.h>
+#include <linux/overflow.h>
+#include <linux/percpu.h>
+#include <linux/sched.h>
+#include <linux/sched/mm.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/xarray.h>
+
+#include <linux/mrnotify.h>
+
+#ifndef CONFIG_64BIT
+/* User space reads the generation with one 64-bit load; it must not tear. */
+#error "mrnotify needs a 64-bit kernel"
+#endif
+
+/* Registrations a context may hold unless the administrator says otherwise. */
+#define MRN_DEFAULT_MAX_REGISTRATIONS	(1U << 20)
+/* Ids are u32 and never 0; keep the cap well below the id space. */
+#define MRN_MAX_REGISTRATIONS_LIMIT	(1U << 31)
+
+/* xarray marks: XA_MARK_0 is the allocator's free mark. */
+#define MRN_MARK_DIRTY	XA_MARK_1	/* invalidated, not yet drained */
+#define MRN_MARK_BATCH	XA_MARK_2	/* copied out by the DRAIN in progress */
+
+/* reg->state bits, under xa_lock */
+#define MRN_REG_DIRTY	BIT(0)
+
+/*
+ * One registration. Kept to 104 bytes: the 88-byte interval notifier, the
+ * cookie and the id. The address range lives in the notifier's interval tree
+ * node. The owning context is found through notifier.ops (each context has
+ * its own ops copy), and the dirty list is a mark in the id index, so no
+ * pointer fields are needed; with the index slot and memcg accounting the
+ * kernel spends about 120 bytes per registration.
+ */
+struct mrn_reg {
+	struct mmu_interval_notifier notifier;
+	u64 cookie;
+	u32 id;
+	u32 state;
+};
+
+struct mrn_ctx {
+	/*
+	 * Per-context copy of the notifier ops: the callback recovers the
+	 * context from interval_sub->ops, which saves a back pointer in every
+	 * registration.
+	 */
+	struct mmu_interval_notifier_ops ops;
+	struct mm_struct *mm;		/* mmgrab()ed: mm_count, not mm_users */
+	struct page *status_page;
+	struct mrn_status *status;	/* page_address(status_page) */
+	struct mutex mutex;		/* see the comment at the top */
+	/*
+	 * id -> registration. Its xa_lock also guards what the notifier
+	 * touches: marks, reg->state, generation and the counters below.
+	 */
+	struct xarray regs;
+	u32 next_id;			/* cyclic id allocation */
+	u32 max_regs;			/* max_registrations at open time */
+	u64 nr_regs;			/* xa_lock and mutex */
+	u64 nr_dirty;
+	u64 generation;
+	u64 invalidated;
+	u64 already_dirty;
+	u64 ignored;
+	u64 drained;
+	u64 unregistered_dirty;
+	u64 callbacks[MRN_EV_SLOTS];
+};
+
+/* Module-wide counters for the root-only stats file. */
+struct mrn_pcpu_stats {
+	u64 callbacks[MRN_EV_SLOTS];
+	u64 invalidated;
+};
+
+static DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
+static atomic_long_t mrn_nr_contexts = ATOMIC_LONG_INIT(0);
+static atomic_long_t mrn_nr_regs = ATOMIC_LONG_INIT(0);
+static struct kmem_cache *mrn_reg_cache;
+
+static unsigned int mrn_max_registrations = MRN_DEFAULT_MAX_REGISTRATIONS;
+
+static int mrn_param_set_max(const char *val, const struct kernel_param *kp)
+{
+	unsigned int n;
+	int ret;
+
+	ret = kstrtouint(val, 0, &n);
+	if (ret)
+		return ret;
+	if (n < 1 || n > MRN_MAX_REGISTRATIONS_LIMIT)
+		return -EINVAL;
+	return param_set_uint(val, kp);
+}
+
+static const struct kernel_param_ops mrn_param_max_ops = {
+	.set = mrn_param_set_max,
+	.get = param_get_uint,
+};
+
+module_param_cb(max_registrations, &mrn_param_max_ops,
+		&mrn_max_registrations, 0644);
+MODULE_PARM_DESC(max_registrations,
+		 "Registrations per context, read when the context is opened (default 1048576)");
+
+/* Kernels from 6.3 on spell this vm_flags_mod(); this module targets 6.1. */
+static inline void mrn_vm_flags_mod(struct vm_area_struct *vma,
+				    vm_flags_t set, vm_flags_t clear)
+{
+	vma->vm_flags = (vma->vm_flags | set) & ~clear;
+}
+
+static struct mrn_ctx *mrn_reg_ctx(struct mmu_interval_notifier *mni)
+{
+	return container_of(mni->ops, struct mrn_ctx, ops);
+}
+
+/*
+ * Map the kernel's reason to the ABI's slot and decide whether it can
+ * replace pages. The mapping is explicit so that the ABI does not depend on
+ * the order of enum mmu_notifier_event.
+ */
+static unsigned int mrn_event_slot(enum mmu_notifier_event event,
+				   bool *invalidates)
+{
+	*invalidates = true;
+	switch (event) {
+	case MMU_NOTIFY_UNMAP:
+		return MRN_EV_UNMAP;
+	case MMU_NOTIFY_CLEAR:
+		return MRN_EV_CLEAR;
+	case MMU_NOTIFY_RELEASE:
+		return MRN_EV_RELEASE;
+	case MMU_NOTIFY_MIGRATE:
+		return MRN_EV_MIGRATE;
+	case MMU_NOTIFY_EXCLUSIVE:
+		return MRN_EV_EXCLUSIVE;
+	/*
+	 * Protection changes keep the same pages mapped: mprotect and NUMA
+	 * hinting (PROTECTION_VMA), fork's write-protect of the parent and
+	 * page cleaning (PROTECTION_PAGE), clear_refs (SOFT_DIRTY). A page
+	 * replacement that follows them (a COW break, a NUMA migration) is
+	 * announced as its own CLEAR event.
+	 */
+	case MMU_NOTIFY_PROTECTION_VMA:
+		*invalidates = false;
+		return MRN_EV_PROTECTION_VMA;
+	case MMU_NOTIFY_PROTECTION_PAGE:
+		*invalidates = false;
+		return MRN_EV_PROTECTION_PAGE;
+	case MMU_NOTIFY_SOFT_DIRTY:
+		*invalidates = false;
+		return MRN_EV_SOFT_DIRTY;
+	}
+	/* A reason this module does not know: be safe, invalidate. */
+	return MRN_EV_OTHER;
+}
+
+/*
+ * The notifier callback. It runs in the context of whoever changes the
+ * mapping (the process itself, reclaim, the OOM reaper in non-blocking
+ * mode), so it only takes the xarray spinlock and never fails.
+ */
+static bool mrn_invalidate(struct mmu_interval_notifier *mni,
+			   const struct mmu_notifier_range *range,
+			   unsigned long cur_seq)
+{
+	struct mrn_reg *reg = container_of(mni, struct mrn_reg, notifier);
+	struct mrn_ctx *ctx = mrn_reg_ctx(mni);
+	bool invalidates, became_dirty = false;
+	unsigned int slot;
+
+	slot = mrn_event_slot(range->event, &invalidates);
+
+	xa_lock(&ctx->regs);
+	/* Keeps mmu_interval_read_begin() on this notifier well defined. */
+	mmu_interval_set_seq(mni, cur_seq);
+	ctx->callbacks[slot]++;
+	if (!invalidates) {
+		ctx->ignored++;
+	} else if (reg->state & MRN_REG_DIRTY) {
+		ctx->already_dirty++;
+	} else {
+		/* Setting a mark never allocates: the entry exists. */
+		reg->state |= MRN_REG_DIRTY;
+		__xa_set_mark(&ctx->regs, reg->id, MRN_MARK_DIRTY);
+		ctx->nr_dirty++;
+		ctx->invalidated++;
+		ctx->generation++;
+		/* Publish after the mark: whoever sees it and drains finds it. */
+		smp_store_release(&ctx->status->generation, ctx->generation);
+		became_dirty = true;
+	}
+	xa_unlock(&ctx->regs);
+
+	this_cpu_inc(mrn_pcpu_stats.callbacks[slot]);
+	if (became_dirty)
+		this_cpu_inc(mrn_pcpu_stats.invalidated);
+	return true;
+}
+
+static void mrn_free_reg(struct mrn_reg *reg)
+{
+	kmem_cache_free(mrn_reg_cache, reg);
+	atomic_long_dec(&mrn_nr_regs);
+}
+
+/*
+ * Drop @reg from the id index (which also clears its dirty mark). Its
+ * notifier must already be removed, so no callback can mark it again.
+ * Returns whether it was dirty. Called with ctx->mutex held.
+ */
+static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
+{
+	bool dirty;
+
+	xa_lock(&ctx->regs);
+	__xa_erase(&ctx->regs, reg->id);
+	dirty = reg->state & MRN_REG_DIRTY;
+	if (dirty)
+		ctx->nr_dirty--;
+	ctx->nr_regs--;
+	xa_unlock(&ctx->regs);
+	return dirty;
+}
+
+static int mrn_open(struct inode *inode, struct file *file)
+{
+	struct mrn_ctx *ctx;
+
+	/* A context watches the opener's own address space, nothing else. */
+	if (!current->mm)
+		return -EINVAL;
+
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
+	if (!ctx)
+		return -ENOMEM;
+	ctx->status_page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+	if (!ctx->status_page) {
+		kfree(ctx);
+		return -ENOMEM;
+	}
+	ctx->status = page_address(ctx->status_page);
+	ctx->status->abi_version = MRN_ABI_VERSION;
+
+	ctx->ops.invalidate = mrn_invalidate;
+	mutex_init(&ctx->mutex);
+	xa_init_flags(&ctx->regs, XA_FLAGS_ALLOC1 | XA_FLAGS_ACCOUNT);
+	ctx->next_id = 1;
+	ctx->max_regs = READ_ONCE(mrn_max_registrations);
+
+	/*
+	 * mm_count only: the context must not keep the address space alive
+	 * after the process exits (the fd may outlive it in another process).
+	 */
+	mmgrab(current->mm);
+	ctx->mm = current->mm;
+
+	file->private_data = ctx;
+	atomic_long_inc(&mrn_nr_contexts);
+	return stream_open(inode, file);
+}
+
+/*
+ * Last reference gone; this may run in any process (a child that inherited
+ * the fd, a receiver of SCM_RIGHTS, or the owner during exit), so it works
+ * on ctx->mm only and never on current->mm.
+ */
+static int mrn_release(struct inode *inode, struct file *file)
+{
+	struct mrn_ctx *ctx = file->private_data;
+	struct mrn_reg *reg;
+	unsigned long id;
+
+	/*
+	 * Removing a notifier waits for its running callbacks; afterwards
+	 * nothing refers to the registration. The interval tree stays valid
+	 * while we hold mm_count, even after the mm's exit_mmap().
+	 */
+	xa_for_each(&ctx->regs, id, reg) {
+		mmu_interval_notifier_remove(&reg->notifier);
+		mrn_free_reg(reg);
+		cond_resched();
+	}
+	xa_destroy(&ctx->regs);
+
+	mmdrop(ctx->mm);
+	__free_page(ctx->status_page);
+	mutex_destroy(&ctx->mutex);
+	kfree(ctx);
+	atomic_long_dec(&mrn_nr_contexts);
+	return 0;
+}
+
+static int mrn_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct mrn_ctx *ctx = file->private_data;
+
+	if (current->mm != ctx->mm)
+		return -EIO;
+	if (vma->vm_pgoff != 0 || vma->vm_end - vma->vm_start != PAGE_SIZE)
+		return -EINVAL;
+	/* MAP_SHARED only: a private copy of a counter is meaningless. */
+	if (!(vma->vm_flags & VM_MAYSHARE))
+		return -EINVAL;
+	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
+		return -EPERM;
+
+	/*
+	 * Clearing VM_MAYWRITE makes mprotect(PROT_WRITE) fail with EACCES,
+	 * and FOLL_FORCE writes fail too. VM_DONTCOPY: a child has its own mm
+	 * and no business with this counter. remap_pfn_range() adds VM_IO and
+	 * VM_PFNMAP, so get_user_pages() and madvise(MADV_DOFORK) refuse it.
+	 */
+	mrn_vm_flags_mod(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
+			 VM_MAYWRITE | VM_MAYEXEC);
+	return remap_pfn_range(vma, vma->vm_start,
+			       page_to_pfn(ctx->status_page), PAGE_SIZE,
+			       vma->vm_page_prot);
+}
+
+/*
+ * Read an extensible argument: sizes below the first version are EINVAL,
+ * larger ones need a zero tail (copy_struct_from_user returns E2BIG).
+ */
+static int mrn_get_arg(void *karg, size_t ksize, size_t min_size,
+		       const void __user *uarg, u32 usize)
+{
+	if (usize < min_size)
+		return -EINVAL;
+	return copy_struct_from_user(karg, ksize, uarg, usize);
+}
+
+static long mrn_ioctl_register(struct mrn_ctx *ctx,
+			       struct mrn_register __user *uarg, u32 usize)
+{
+	struct mrn_register arg;
+	struct mrn_reg *reg;
+	u64 end;
+	u32 id;
+	int ret;
+
+	ret = mrn_get_arg(&arg, sizeof(arg), MRN_REGISTER_SIZE_VER1, uarg,
+			  usize);
+	if (ret)
+		return ret;
+	if (arg.flags)
+		return -EINVAL;
+	if (!arg.length)
+		return -EINVAL;
+	if (check_add_overflow(arg.addr, arg.length, &end))
+		return -EOVERFLOW;
+	/* current->mm == ctx->mm here, so TASK_SIZE is the owner's limit. */
+	if (end > TASK_SIZE)
+		return -EFAULT;
+
+	reg = kmem_cache_alloc(mrn_reg_cache, GFP_KERNEL);
+	if (!reg)
+		return -ENOMEM;
+	reg->cookie = arg.cookie;
+	reg->state = 0;
+	atomic_long_inc(&mrn_nr_regs);
+
+	ret = mutex_lock_killable(&ctx->mutex);
+	if (ret)
+		goto out_free;
+	if (ctx->nr_regs >= ctx->max_regs) {
+		ret = -ENOSPC;
+		goto out_unlock;
+	}
+	/* Cyclic: an id is not handed out again until the u32 space wraps. */
+	ret = xa_alloc_cyclic(&ctx->regs, &id, reg, XA_LIMIT(1, U32_MAX),
+			      &ctx->next_id, GFP_KERNEL_ACCOUNT);
+	if (ret < 0)
+		goto out_unlock;
+	reg->id = id;
+	/*
+	 * Hand out the id before the notifier exists: afterwards the only
+	 * possible failure would be EFAULT after the registration took
+	 * effect.
+	 */
+	if (put_user((u64)id, &uarg->id)) {
+		ret = -EFAULT;
+		goto out_erase;
+	}
+	ret = mmu_interval_notifier_insert(&reg->notifier, ctx->mm, arg.addr,
+					   arg.length, &ctx->ops);
+	if (ret)
+		goto out_erase;
+	xa_lock(&ctx->regs);
+	ctx->nr_regs++;
+	xa_unlock(&ctx->regs);
+
+	/*
+	 * An invalidation already running when the notifier went in did not
+	 * call us, and its pages may not be gone yet. Wait for it to finish:
+	 * a page user space pins after REGISTER returns is then the page that
+	 * is mapped from now on, and any later change calls mrn_invalidate().
+	 * This closes the register/unmap/pin race. Under the mutex so that a
+	 * guessed id cannot free the registration meanwhile.
+	 */
+	mmu_interval_read_begin(&reg->notifier);
+	mutex_unlock(&ctx->mutex);
+	return 0;
+
+out_erase:
+	xa_erase(&ctx->regs, id);
+out_unlock:
+	mutex_unlock(&ctx->mutex);
+out_free:
+	mrn_free_reg(reg);
+	return ret;
+}
+
+static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
+				 struct mrn_unregister __user *uarg, u32 usize)
+{
+	struct mrn_unregister arg;
+	struct mrn_reg *reg;
+	bool dirty;
+	int ret;
+
+	ret = mrn_get_arg(&arg, sizeof(arg), MRN_UNREGISTER_SIZE_VER1, uarg,
+			  usize);
+	if (ret)
+		return ret;
+	if (arg.flags)
+		return -EINVAL;
+	if (!arg.id || arg.id > U32_MAX)
+		return -ENOENT;
+
+	ret = mutex_lock_killable(&ctx->mutex);
+	if (ret)
+		return ret;
+	reg = xa_load(&ctx->regs, arg.id);
+	if (!reg) {
+		mutex_unlock(&ctx->mutex);
+		return -ENOENT;
+	}
+	/* Notifier first: it waits for callbacks that are still running. */
+	mmu_interval_notifier_remove(&reg->notifier);
+	dirty = mrn_unlink(ctx, reg);
+	if (dirty) {
+		xa_lock(&ctx->regs);
+		ctx->unregistered_dirty++;
+		xa_unlock(&ctx->regs);
+	}
+	mutex_unlock(&ctx->mutex);
+	mrn_free_reg(reg);
+	/*
+	 * A dirty registration leaves through here, not through DRAIN; the
+	 * positive return tells user space it had been invalidated.
+	 */
+	return dirty ? MRN_UNREGISTER_WAS_DIRTY : 0;
+}
+
+static void mrn_clear_batch(struct mrn_ctx *ctx)
+{
+	struct mrn_reg *reg;
+	unsigned long index;
+
+	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_BATCH)
+		xa_clear_mark(&ctx->regs, index, MRN_MARK_BATCH);
+}
+
+static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
+			    u32 usize)
+{
+	struct mrn_dirty_entry ent;
+	struct mrn_drain arg;
+	struct mrn_reg *reg;
+	unsigned long index;
+	char __user *dst;
+	u32 count = 0, out_flags = 0;
+	u64 generation;
+	int ret;
+
+	BUILD_BUG_ON(sizeof(ent) != MRN_DIRTY_ENTRY_SIZE_VER1);
+	ret = mrn_get_arg(&arg, sizeof(arg), MRN_DRAIN_SIZE_VER1, uarg, usize);
+	if (ret)
+		return ret;
+	if (arg.flags)
+		return -EINVAL;
+	if (arg.entry_size < MRN_DIRTY_ENTRY_SIZE_VER1 ||
+	    arg.entry_size > PAGE_SIZE || arg.entry_size % sizeof(u64))
+		return -EINVAL;
+	dst = u64_to_user_ptr(arg.entries);
+
+	ret = mutex_lock_killable(&ctx->mutex);
+	if (ret)
+		return ret;
+
+	/*
+	 * The generation is read before the walk. A registration marked
+	 * before this point is found below (or reported by MORE); one marked
+	 * later moves the generation past the value returned, so user space
+	 * drains again. Marks only appear while we hold the mutex.
+	 */
+	xa_lock(&ctx->regs);
+	generation = ctx->generation;
+	xa_unlock(&ctx->regs);
+
+	/*
+	 * Copy out first, commit afterwards: until every byte has reached
+	 * user space nothing is released, so EFAULT loses nothing.
+	 */
+	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_DIRTY) {
+		if (count == arg.capacity) {
+			out_flags |= MRN_DRAIN_MORE;
+			break;
+		}
+		ent.cookie = reg->cookie;
+		ent.id = reg->id;
+		ent.addr = reg->notifier.interval_tree.start;
+		ent.length = reg->notifier.interval_tree.last -
+			     reg->notifier.interval_tree.start + 1;
+		if (copy_to_user(dst, &ent, sizeof(ent)) ||
+		    (arg.entry_size > sizeof(ent) &&
+		     clear_user(dst + sizeof(ent),
+				arg.entry_size - sizeof(ent)))) {
+			ret = -EFAULT;
+			goto out_fault;
+		}
+		xa_set_mark(&ctx->regs, index, MRN_MARK_BATCH);
+		dst += arg.entry_size;
+		count++;
+		cond_resched();
+	}
+	if (put_user(count, &uarg->count) ||
+	    put_user(out_flags, &uarg->out_flags) ||
+	    put_user(generation, &uarg->generation)) {
+		ret = -EFAULT;
+		goto out_fault;
+	}
+
+	/* Commit: the batch is reported, release it (may sleep). */
+	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_BATCH) {
+		mmu_interval_notifier_remove(&reg->notifier);
+		mrn_unlink(ctx, reg);
+		mrn_free_reg(reg);
+	}
+	xa_lock(&ctx->regs);
+	ctx->drained += count;
+	xa_unlock(&ctx->regs);
+	mutex_unlock(&ctx->mutex);
+	return 0;
+
+out_fault:
+	/* The dirty marks are untouched: the next DRAIN sees everything. */
+	mrn_clear_batch(ctx);
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
+			    u32 usize)
+{
+	struct mrn_query q;
+	int ret;
+
+	ret = mrn_get_arg(&q, sizeof(q), MRN_QUERY_SIZE_VER1, uarg, usize);
+	if (ret)
+		return ret;
+	if (q.flags)
+		return -EINVAL;
+
+	memset(&q, 0, sizeof(q));
+	q.size = min_t(u32, usize, sizeof(q));
+	q.abi_version = MRN_ABI_VERSION;
+	q.reg_bytes = kmem_cache_size(mrn_reg_cache);
+	q.max_registrations = ctx->max_regs;
+	xa_lock(&ctx->regs);
+	q.registrations = ctx->nr_regs;
+	q.dirty = ctx->nr_dirty;
+	q.generation = ctx->generation;
+	q.invalidated = ctx->invalidated;
+	q.already_dirty = ctx->already_dirty;
+	q.ignored = ctx->ignored;
+	q.drained = ctx->drained;
+	q.unregistered_dirty = ctx->unregistered_dirty;
+	memcpy(q.callbacks, ctx->callbacks, sizeof(q.callbacks));
+	xa_unlock(&ctx->regs);
+
+	if (copy_to_user(uarg, &q, q.size))
+		return -EFAULT;
+	return 0;
+}
+
+static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct mrn_ctx *ctx = file->private_data;
+	void __user *uarg = (void __user *)arg;
+	u32 usize;
+
+	/*
+	 * Only the address space that opened the context may use it: a forked
+	 * child or a process that received the fd gets EIO and changes
+	 * nothing (the same rule as KVM's).
+	 */
+	if (current->mm != ctx->mm)
+		return -EIO;
+	/* The size bits of cmd are ignored: the struct's size field rules. */
+	if (_IOC_TYPE(cmd) != MRN_IOC_MAGIC ||
+	    _IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE))
+		return -ENOTTY;
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(MRN_IOC_REGISTER):
+	case _IOC_NR(MRN_IOC_UNREGISTER):
+	case _IOC_NR(MRN_IOC_DRAIN):
+	case _IOC_NR(MRN_IOC_QUERY):
+		break;
+	default:
+		return -ENOTTY;
+	}
+	if (get_user(usize, (u32 __user *)uarg))
+		return -EFAULT;
+	if (usize > PAGE_SIZE)
+		return -E2BIG;
+
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(MRN_IOC_REGISTER):
+		return mrn_ioctl_register(ctx, uarg, usize);
+	case _IOC_NR(MRN_IOC_UNREGISTER):
+		return mrn_ioctl_unregister(ctx, uarg, usize);
+	case _IOC_NR(MRN_IOC_DRAIN):
+		return mrn_ioctl_drain(ctx, uarg, usize);
+	default:
+		return mrn_ioctl_query(ctx, uarg, usize);
+	}
+}
+
+static const char * const mrn_event_names[MRN_EV_OTHER + 1] = {
+	[MRN_EV_UNMAP] = "unmap",
+	[MRN_EV_CLEAR] = "clear",
+	[MRN_EV_PROTECTION_VMA] = "protection_vma",
+	[MRN_EV_PROTECTION_PAGE] = "protection_page",
+	[MRN_EV_SOFT_DIRTY] = "soft_dirty",
+	[MRN_EV_RELEASE] = "release",
+	[MRN_EV_MIGRATE] = "migrate",
+	[MRN_EV_EXCLUSIVE] = "exclusive",
+	[MRN_EV_OTHER] = "other",
+};
+
+/*
+ * /sys/class/misc/mrnotify/stats (root only: it sums over all processes).
+ * Lets a test see what happened to a context whose owner has exited.
+ */
+static ssize_t stats_show(struct device *dev, struct device_attribute *attr,
+			  char *buf)
+{
+	u64 callbacks[MRN_EV_OTHER + 1] = {};
+	u64 invalidated = 0;
+	int cpu, i, len;
+
+	for_each_possible_cpu(cpu) {
+		const struct mrn_pcpu_stats *s =
+			per_cpu_ptr(&mrn_pcpu_stats, cpu);
+
+		for (i = 0; i <= MRN_EV_OTHER; i++)
+			callbacks[i] += READ_ONCE(s->callbacks[i]);
+		invalidated += READ_ONCE(s->invalidated);
+	}
+	len = sysfs_emit(buf, "contexts %ld\n",
+			 atomic_long_read(&mrn_nr_contexts));
+	len += sysfs_emit_at(buf, len, "registrations %ld\n",
+			     atomic_long_read(&mrn_nr_regs));
+	len += sysfs_emit_at(buf, len, "invalidated %llu\n", invalidated);
+	for (i = 0; i <= MRN_EV_OTHER; i++)
+		len += sysfs_emit_at(buf, len, "callbacks_%s %llu\n",
+				     mrn_event_names[i], callbacks[i]);
+	return len;
+}
+static DEVICE_ATTR_ADMIN_RO(stats);
+
+static struct attribute *mrn_attrs[] = {
+	&dev_attr_stats.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(mrn);
+
+static const struct file_operations mrn_fops = {
+	.owner = THIS_MODULE,
+	.open = mrn_open,
+	.release = mrn_release,
+	.mmap = mrn_mmap,
+	.unlocked_ioctl = mrn_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.llseek = no_llseek,
+};
+
+static struct miscdevice mrn_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "mrnotify",
+	.fops = &mrn_fops,
+	.groups = mrn_groups,
+	/* Safe for everyone: a context can only watch its opener. */
+	.mode = 0666,
+};
+
+static int __init mrn_init(void)
+{
+	int ret;
+
+	BUILD_BUG_ON(sizeof(struct mrn_register) != MRN_REGISTER_SIZE_VER1);
+	BUILD_BUG_ON(sizeof(struct mrn_unregister) != MRN_UNREGISTER_SIZE_VER1);
+	BUILD_BUG_ON(sizeof(struct mrn_drain) != MRN_DRAIN_SIZE_VER1);
+	BUILD_BUG_ON(sizeof(struct mrn_query) != MRN_QUERY_SIZE_VER1);
+	BUILD_BUG_ON(sizeof(struct mrn_reg) > 104);
+
+	mrn_reg_cache = KMEM_CACHE(mrn_reg, SLAB_ACCOUNT);
+	if (!mrn_reg_cache)
+		return -ENOMEM;
+	ret = misc_register(&mrn_misc);
+	if (ret) {
+		kmem_cache_destroy(mrn_reg_cache);
+		return ret;
+	}
+	return 0;
+}
+
+static void __exit mrn_exit(void)
+{
+	/* fops.owner pins the module while any context exists. */
+	misc_deregister(&mrn_misc);
+	kmem_cache_destroy(mrn_reg_cache);
+}
+
+module_init(mrn_init);
+module_exit(mrn_exit);
+
+MODULE_DESCRIPTION("Invalidation counter and dirty list for RDMA registration caches");
+MODULE_LICENSE("GPL");
