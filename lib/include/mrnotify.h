@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libmrnotify: a registration cache for RDMA memory ("leave pinned") that
+ * learns of unmaps from the kernel, not from hooks in glibc.
+ *
+ * The caller supplies the functions that register and deregister memory
+ * (ibv_reg_mr / ibv_dereg_mr, or a transport's callbacks) and the size of
+ * the data they keep per registration (the "payload", e.g. a struct ibv_mr
+ * pointer). mrn_get() returns a referenced entry that covers a range,
+ * registering it on a miss; mrn_put() drops the reference.
+ *
+ * How the cache hears of unmaps is its "monitor":
+ *   kernel  /dev/mrnotify (mrnotify.ko): every registration is tracked by the
+ *           kernel; a hit costs one load and compare of a counter the kernel
+ *           bumps before munmap() returns. The default when the device opens.
+ *   uffd    userfaultfd unmap/remove/remap events read by a monitor thread;
+ *           works on stock kernels. There is an unavoidable window: an
+ *           unmapping thread is released when the monitor reads the event,
+ *           a moment before the cache marks the range invalid; a get() of the
+ *           same range by another thread in that window can hit.
+ *   none    no monitor: idle entries are not kept (leave_pinned is off), so
+ *           a registration lives only while it is in use. Invalidations can
+ *           still be fed with mrn_invalidate_range().
+ * MRN_MONITOR_AUTO picks kernel, then uffd, then none, and says why at
+ * verbose level 1.
+ *
+ * Thread safety: every function may be called from any thread. Hits take no
+ * exclusive lock and make no system call.
+ *
+ * Fork: registered ranges are made non-inheritable (MADV_DONTFORK, counted
+ * per page so that overlapping registrations do not undo each other). In a
+ * child the cache starts empty, never calls deregister for the parent's
+ * registrations, and opens its own monitor when first used.
+ *
+ * Environment (read by mrn_config_init; a bad value is an error):
+ *   MRNOTIFY_MONITOR=auto|kernel|uffd|none   MRNOTIFY_LEAVE_PINNED=0|1
+ *   MRNOTIFY_MAX_PINNED=<bytes, K/M/G/T suffix, 0 = unlimited>
+ *   MRNOTIFY_MAX_ENTRIES=<count, 0 = unlimited>
+ *   MRNOTIFY_FORK=dontfork|none   MRNOTIFY_VERBOSE=<0..3>
+ *   MRNOTIFY_STATS=0|1 (print statistics when the cache is destroyed)
+ */
+#ifndef MRNOTIFY_H
+#define MRNOTIFY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MRN_API_VERSION 1
+
+typedef struct mrn_cache mrn_cache_t;
+typedef struct mrn_entry mrn_entry_t;
+
+typedef enum mrn_monitor {
+	MRN_MONITOR_AUTO = 0,
+	MRN_MONITOR_KERNEL,
+	MRN_MONITOR_UFFD,
+	MRN_MONITOR_NONE,
+	/*
+	 * Tests only: keeps idle entries but never hears of unmaps, so it hands
+	 * out stale registrations. Exists so that tests can show the failure
+	 * mrnotify prevents. Never chosen by AUTO or by the environment.
+	 */
+	MRN_MONITOR_TEST_NO_INVALIDATION
+} mrn_monitor_t;
+
+typedef enum mrn_fork_policy {
+	MRN_FORK_DONTFORK = 0,	/* madvise(MADV_DONTFORK) registered pages */
+	MRN_FORK_NONE		/* leave it to the kernel (copy-on-fork of pinned pages) */
+} mrn_fork_policy_t;
+
+/*
+ * Registers [addr, addr + len) with the given access flags (the caller's
+ * own encoding, e.g. IBV_ACCESS_*), filling payload (payload_size bytes).
+ * Returns 0 or a negative errno; -ENOMEM and -EAGAIN make the cache evict
+ * idle entries and try again.
+ */
+typedef int (*mrn_register_fn)(void *context, void *addr, size_t len, uint32_t access,
+			       void *payload);
+/* Deregisters what register_fn put in payload. Returns 0 or a negative errno. */
+typedef int (*mrn_deregister_fn)(void *context, void *payload);
+
+struct mrn_config {
+	size_t size;			/* sizeof(struct mrn_config), set by mrn_config_init */
+	const char *name;		/* for messages and statistics; copied */
+	mrn_register_fn reg;
+	mrn_deregister_fn dereg;
+	void *context;			/* passed to reg and dereg */
+	size_t payload_size;		/* bytes of payload per entry (<= 4096) */
+	mrn_monitor_t monitor;
+	mrn_fork_policy_t fork_policy;
+	int leave_pinned;		/* 1: keep idle entries registered (LRU) */
+	uint64_t max_pinned_bytes;	/* 0 = unlimited */
+	uint64_t max_entries;		/* 0 = unlimited */
+	int verbose;			/* 0 errors only .. 3 debug; messages go to stderr */
+	int print_stats;		/* print statistics in mrn_cache_destroy */
+};
+
+/*
+ * Defaults (auto monitor, leave_pinned on, no limits, dontfork), then the
+ * MRNOTIFY_* environment. Returns 0, or -EINVAL with a message on stderr
+ * naming the bad variable.
+ */
+int mrn_config_init(struct mrn_config *config);
+
+/* Parse helpers for configuration front ends (MCA, UCX). 0 or -EINVAL. */
+int mrn_monitor_from_string(const char *s, mrn_monitor_t *out);
+const char *mrn_monitor_to_string(mrn_monitor_t m);
+int mrn_fork_policy_from_string(const char *s, mrn_fork_policy_t *out);
+int mrn_size_from_string(const char *s, uint64_t *out);
+
+/*
+ * Creates a cache. Fails with -EINVAL for a bad configuration, -ENODEV when
+ * the requested monitor cannot be used (the reason is printed), -ENOMEM.
+ */
+int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **cache);
+
+/*
+ * Deregisters every idle entry and frees the cache. Entries still referenced
+ * are deregistered too (and reported at verbose level 1): the caller must
+ * not use them afterwards.
+ */
+void mrn_cache_destroy(mrn_cache_t *cache);
+
+/*
+ * Returns in *entry a referenced entry that covers [addr, addr + len) with
+ * at least the access flags asked for. On a miss, or when the cached entry
+ * lacks access (it is replaced by one with the union of both), calls the
+ * register function. Returns 0 or a negative errno (-EINVAL for len 0 or a
+ * range that wraps).
+ */
+int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access, mrn_entry_t **entry);
+
+/* Drops the reference mrn_get() took. */
+void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry);
+
+/* The entry's payload and registered range (it may be larger than asked). */
+void *mrn_entry_payload(const mrn_entry_t *entry);
+void *mrn_entry_addr(const mrn_entry_t *entry);
+size_t mrn_entry_length(const mrn_entry_t *entry);
+uint32_t mrn_entry_access(const mrn_entry_t *entry);
+
+/*
+ * Looks up without registering: a referenced entry covering the range, or
+ * -ENOENT. Release it with mrn_put().
+ */
+int mrn_find(mrn_cache_t *cache, void *addr, size_t len, mrn_entry_t **entry);
+
+/*
+ * Tells the cache that [addr, addr + len) changed (for callers with their own
+ * memory hooks). Idle entries overlapping it are deregistered, entries in use
+ * are deregistered when released. Returns the number of entries invalidated.
+ */
+long mrn_invalidate_range(mrn_cache_t *cache, void *addr, size_t len);
+
+/* Deregisters one idle entry, the least recently used. 1 if one was, else 0. */
+int mrn_evict_one(mrn_cache_t *cache);
+
+/* Deregisters every idle entry. Returns how many. */
+long mrn_flush(mrn_cache_t *cache);
+
+/* The monitor in use (never AUTO). */
+mrn_monitor_t mrn_cache_monitor(const mrn_cache_t *cache);
+
+struct mrn_stats {
+	uint64_t hits;
+	uint64_t misses;		/* register function calls for new entries */
+	uint64_t access_upgrades;	/* misses caused by missing access rights */
+	uint64_t evictions;		/* idle entries dropped for limits or by request */
+	uint64_t invalidations;		/* entries invalidated by the monitor or the caller */
+	uint64_t drains;		/* times the monitor's dirty list was read */
+	uint64_t retries;		/* registrations retried (raced an unmap, or out of resources) */
+	uint64_t register_failures;
+	uint64_t pinned_bytes;		/* now: bytes covered by live registrations */
+	uint64_t entries;		/* now: entries in the cache (in use or idle) */
+	uint64_t idle_entries;		/* now */
+	uint64_t in_use_detached;	/* now: invalidated entries still referenced */
+};
+
+/* Fills *stats (size: sizeof(struct mrn_stats)). 0 or -EINVAL. */
+int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size);
+
+/* Writes the statistics as text, one line, to stderr. */
+void mrn_cache_print_stats(mrn_cache_t *cache);
+
+/* Memory the cache uses per entry beyond the payload (for benchmarks). */
+size_t mrn_cache_bytes_per_entry(mrn_cache_t *cache);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MRNOTIFY_H */

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// The registration cache. Hits run under the shared side of CacheLock and
+// cost: one acquire load of the monitor's generation, one hash probe, one
+// atomic increment of the entry's reference count. Everything else (misses,
+// drains, evictions) runs under the writer mutex, and whatever removes an
+// entry from the index or frees one also excludes readers.
+#ifndef MRN_CACHE_H
+#define MRN_CACHE_H
+
+#include "entry.h"
+#include "entry_pool.h"
+#include "monitor.h"
+#include "mrnotify.h"
+#include "range_index.h"
+#include "reader_lock.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace mrn {
+
+class Cache final : private InvalidationSink {
+public:
+	// Opens the monitor; tests pass their own.
+	using MonitorFactory = std::function<int(std::unique_ptr<Monitor> *, std::string *)>;
+
+	static int create(const mrn_config &config, MonitorFactory open,
+			  std::unique_ptr<Cache> *out);
+	~Cache();
+	Cache(const Cache &) = delete;
+	Cache &operator=(const Cache &) = delete;
+
+	int get(void *addr, size_t len, uint32_t access, Entry **out)
+	{
+		uintptr_t s, e;
+		if (!page_range(addr, len, &s, &e))
+			return -EINVAL;
+		{
+			SharedGuard g(lock_);
+			const uint64_t *gen = gen_ptr_.load(std::memory_order_relaxed);
+			if (__atomic_load_n(gen, __ATOMIC_ACQUIRE) ==
+			    seen_gen_.load(std::memory_order_relaxed)) {
+				Entry *x = index_.find_covering(s, e, [access](const Entry *c) {
+					return (c->access & access) == access;
+				});
+				if (x) {
+					x->refs.fetch_add(1, std::memory_order_relaxed);
+					count_hit(g.index());
+					*out = x;
+					return 0;
+				}
+			}
+		}
+		return get_slow(s, e, access, out);
+	}
+
+	void put(Entry *x)
+	{
+		if (keep_idle_ && !x->untracked) {
+			// Stamp before letting go: once our reference is gone the
+			// entry may be freed.
+			x->last_use = lru_stamp();
+			if (x->refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+				return;
+			put_slow(x, true);
+			return;
+		}
+		put_slow(x, false);
+	}
+
+	int find(void *addr, size_t len, Entry **out);
+	long invalidate(void *addr, size_t len);
+	bool evict_one();
+	long flush();
+	void stats(mrn_stats *out);
+	void print_stats();
+	mrn_monitor_t monitor_kind() const { return monitor_kind_; }
+	size_t bytes_per_entry();
+	const std::string &name() const { return name_; }
+
+	// pthread_atfork handlers (see fork.cc).
+	void fork_prepare() { lock_.writer_mutex().lock(); }
+	void fork_parent() { lock_.writer_mutex().unlock(); }
+	void fork_child();
+
+	// Only create() makes caches (it must open the monitor first).
+	class Key {
+		friend class Cache;
+		Key() = default;
+	};
+	Cache(Key, const mrn_config &config, MonitorFactory open);
+
+private:
+	int open_monitor_locked();
+
+	bool page_range(void *addr, size_t len, uintptr_t *s, uintptr_t *e) const
+	{
+		const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+		if (len == 0 || a + len < a || a + len > UINTPTR_MAX - page_mask_)
+			return false;
+		*s = a & ~page_mask_;
+		*e = (a + len + page_mask_) & ~page_mask_;
+		return true;
+	}
+	void count_hit(unsigned idx)
+	{
+		// Each thread owns its counter's line: a plain increment, no
+		// locked instruction (threads beyond the record table share one
+		// and may lose counts, which only statistics would notice).
+		auto &h = hits_[idx < kMaxReaderRecords ? idx : kMaxReaderRecords].n;
+		h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+	}
+
+	int get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out);
+	// released: the fast path dropped the last reference already.
+	void put_slow(Entry *x, bool released);
+	// LRU order: the tick (moved by misses and evictions) first, then the
+	// releasing thread's own sequence. Entries released by different
+	// threads between the same two misses are ordered arbitrarily.
+	uint64_t lru_stamp() const
+	{
+		return lru_tick_.load(std::memory_order_relaxed) << 32 |
+		       ReaderRecords::next_sequence();
+	}
+	int register_entry(Entry *p);
+
+	// Everything below runs with the writer mutex held (`_locked`).
+	using Lock = std::unique_lock<std::mutex>;
+	void check_fork_locked();
+	int sync_locked();
+	void invalidate_cookie(uint64_t cookie, uint64_t track_id) override;
+	void invalidate_range(uintptr_t start, uintptr_t end) override;
+	void detach_locked(std::vector<Entry *> &victims);
+	size_t evict_locked(uint64_t bytes_needed, uint64_t entries_needed);
+	void make_room_locked(size_t len);
+	void insert_locked(Entry *p);
+	void release_pages_locked(const Entry *x);
+	// Deregisters and frees the doomed entries; drops the lock meanwhile.
+	void destroy_doomed(Lock &lk);
+	void destroy_one(Lock &lk, Entry *x);
+
+	std::string name_;
+	mrn_register_fn reg_;
+	mrn_deregister_fn dereg_;
+	void *context_;
+	size_t payload_size_;
+	bool leave_pinned_;
+	uint64_t max_pinned_;
+	uint64_t max_entries_;
+	mrn_fork_policy_t fork_policy_;
+	bool print_stats_;
+	uintptr_t page_mask_;
+	MonitorFactory open_monitor_;
+
+	// Read by hits.
+	alignas(64) CacheLock lock_;
+	std::atomic<const uint64_t *> gen_ptr_{nullptr};
+	std::atomic<uint64_t> seen_gen_{0};
+	bool keep_idle_ = false;
+	RangeIndex index_;
+	std::atomic<uint64_t> lru_tick_{1};
+
+	struct alignas(64) HitCounter {
+		std::atomic<uint64_t> n{0};
+	};
+	HitCounter hits_[kMaxReaderRecords + 1];
+
+	// Writer side.
+	std::unique_ptr<Monitor> monitor_;
+	mrn_monitor_t monitor_kind_ = MRN_MONITOR_NONE;
+	EntryPool pool_;
+	// Live entries the index does not hold: being registered, or
+	// detached while still in use. Their pages are still pinned.
+	std::unordered_set<Entry *> unindexed_;
+	std::vector<Entry *> victims_;	// found by a drain
+	std::vector<Entry *> doomed_;	// to deregister and free
+	std::vector<std::pair<uint64_t, Entry *>> lru_queue_; // eviction candidates, oldest last
+	uint8_t epoch_ = 0;
+	bool forked_ = false;
+	uint64_t pinned_bytes_ = 0;
+	uint64_t idle_hint_ = 0;
+	struct {
+		uint64_t misses = 0, upgrades = 0, evictions = 0, invalidations = 0;
+		uint64_t drains = 0, retries = 0, reg_failures = 0, hits_locked = 0;
+	} st_;
+};
+
+// Registry of live caches for pthread_atfork.
+void register_for_fork(Cache *c);
+void unregister_for_fork(Cache *c);
+
+} // namespace mrn
+
+#endif

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The C API: thin wrappers over mrn::Cache. No exception crosses it.
+#include "cache.h"
+#include "log.h"
+
+#include <cerrno>
+#include <new>
+
+using mrn::Cache;
+using mrn::Entry;
+
+namespace {
+
+Cache *impl(mrn_cache_t *c) { return reinterpret_cast<Cache *>(c); }
+const Cache *impl(const mrn_cache_t *c) { return reinterpret_cast<const Cache *>(c); }
+Entry *impl(mrn_entry_t *e) { return reinterpret_cast<Entry *>(e); }
+const Entry *impl(const mrn_entry_t *e) { return reinterpret_cast<const Entry *>(e); }
+
+template <typename F> auto guarded(F f, decltype(f()) on_oom) -> decltype(f())
+{
+	try {
+		return f();
+	} catch (const std::bad_alloc &) {
+		mrn::log(0, "out of memory");
+		return on_oom;
+	}
+}
+
+} // namespace
+
+extern "C" int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **cache)
+{
+	if (!config || !cache || config->size < sizeof(mrn_config))
+		return -EINVAL;
+	if (int(config->monitor) < MRN_MONITOR_AUTO ||
+	    int(config->monitor) > MRN_MONITOR_TEST_NO_INVALIDATION)
+		return -EINVAL;
+	return guarded(
+		[&] {
+			std::unique_ptr<Cache> c;
+			const mrn_monitor_t want = config->monitor;
+			const int rc = Cache::create(
+				*config,
+				[want](std::unique_ptr<mrn::Monitor> *m, std::string *why) {
+					return mrn::open_monitor(want, m, why);
+				},
+				&c);
+			if (rc == 0)
+				*cache = reinterpret_cast<mrn_cache_t *>(c.release());
+			return rc;
+		},
+		-ENOMEM);
+}
+
+extern "C" void mrn_cache_destroy(mrn_cache_t *cache)
+{
+	std::unique_ptr<Cache> owned(impl(cache));
+}
+
+extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access,
+		       mrn_entry_t **entry)
+{
+	return guarded(
+		[&] {
+			Entry *e = nullptr;
+			const int rc = impl(cache)->get(addr, len, access, &e);
+			if (rc == 0)
+				*entry = reinterpret_cast<mrn_entry_t *>(e);
+			return rc;
+		},
+		-ENOMEM);
+}
+
+extern "C" void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry)
+{
+	guarded(
+		[&] {
+			impl(cache)->put(impl(entry));
+			return 0;
+		},
+		0);
+}
+
+extern "C" int mrn_find(mrn_cache_t *cache, void *addr, size_t len, mrn_entry_t **entry)
+{
+	return guarded(
+		[&] {
+			Entry *e = nullptr;
+			const int rc = impl(cache)->find(addr, len, &e);
+			if (rc == 0)
+				*entry = reinterpret_cast<mrn_entry_t *>(e);
+			return rc;
+		},
+		-ENOMEM);
+}
+
+extern "C" void *mrn_entry_payload(const mrn_entry_t *entry)
+{
+	return const_cast<Entry *>(impl(entry))->payload();
+}
+extern "C" void *mrn_entry_addr(const mrn_entry_t *entry)
+{
+	return reinterpret_cast<void *>(impl(entry)->start);
+}
+extern "C" size_t mrn_entry_length(const mrn_entry_t *entry) { return impl(entry)->length(); }
+extern "C" uint32_t mrn_entry_access(const mrn_entry_t *entry) { return impl(entry)->access; }
+
+extern "C" long mrn_invalidate_range(mrn_cache_t *cache, void *addr, size_t len)
+{
+	return guarded([&] { return impl(cache)->invalidate(addr, len); }, long(-ENOMEM));
+}
+
+extern "C" int mrn_evict_one(mrn_cache_t *cache)
+{
+	return guarded([&] { return impl(cache)->evict_one() ? 1 : 0; }, 0);
+}
+
+extern "C" long mrn_flush(mrn_cache_t *cache)
+{
+	return guarded([&] { return impl(cache)->flush(); }, long(-ENOMEM));
+}
+
+extern "C" mrn_monitor_t mrn_cache_monitor(const mrn_cache_t *cache)
+{
+	return impl(cache)->monitor_kind();
+}
+
+extern "C" int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size)
+{
+	if (!cache || !stats || size < sizeof(mrn_stats))
+		return -EINVAL;
+	return guarded(
+		[&] {
+			impl(cache)->stats(stats);
+			return 0;
+		},
+		-ENOMEM);
+}
+
+extern "C" void mrn_cache_print_stats(mrn_cache_t *cache) { impl(cache)->print_stats(); }
+
+extern "C" size_t mrn_cache_bytes_per_entry(mrn_cache_t *cache)
+{
+	return impl(cache)->bytes_per_entry();
+}

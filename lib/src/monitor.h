@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// How a cache hears that the pages under its registrations changed.
+#ifndef MRN_MONITOR_H
+#define MRN_MONITOR_H
+
+#include "mrnotify.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mrn {
+
+// What a drain reports: registrations by the cookie given to track(), or
+// address ranges (monitors that only know ranges).
+class InvalidationSink {
+public:
+	virtual void invalidate_cookie(uint64_t cookie, uint64_t track_id) = 0;
+	virtual void invalidate_range(uintptr_t start, uintptr_t end) = 0;
+
+protected:
+	~InvalidationSink() = default;
+};
+
+class Monitor {
+public:
+	virtual ~Monitor() = default;
+	Monitor() = default;
+	Monitor(const Monitor &) = delete;
+	Monitor &operator=(const Monitor &) = delete;
+
+	virtual mrn_monitor_t kind() const = 0;
+
+	// The word that moves whenever something became invalid; the cache
+	// compares it (acquire load) with the value its last drain returned.
+	virtual const uint64_t *generation() const = 0;
+
+	// Start watching [start, end) (whole pages) for the entry known by
+	// cookie. On success *id is the handle for untrack(). Returns 0,
+	// -EOPNOTSUPP when this memory cannot be watched (the cache then
+	// keeps the entry only while in use), or another negative errno.
+	virtual int track(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) = 0;
+
+	// Stop watching the registration track() returned id for.
+	virtual void untrack(uint64_t id) = 0;
+
+	// No live entry needs [start, end) watched any more (monitors that
+	// watch pages rather than registrations release them here).
+	virtual void release_range(uintptr_t start, uintptr_t end) { (void)start, (void)end; }
+
+	// Report what became invalid since the last drain; returns the
+	// generation value that everything reported so far corresponds to.
+	virtual int drain(InvalidationSink &sink, uint64_t *generation) = 0;
+
+	// False: idle entries must not be kept (nothing would tell us if they
+	// went stale).
+	virtual bool keeps_idle_entries() const = 0;
+
+	// In a forked child: forget the parent's resources without touching
+	// them (no syscalls on the parent's state, no thread joins).
+	virtual void abandon_after_fork() = 0;
+};
+
+// Opens the monitor the configuration asks for. For MRN_MONITOR_AUTO it tries
+// kernel, then uffd, then none; `why` says what was chosen and why.
+int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string *why);
+
+std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why);
+std::unique_ptr<Monitor> make_uffd_monitor(int *err, std::string *why);
+std::unique_ptr<Monitor> make_null_monitor(mrn_monitor_t kind);
+
+} // namespace mrn
+
+#endif

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// The kernel monitor: /dev/mrnotify (mrnotify.ko). Each entry is registered
+// with the kernel before it is pinned; the kernel bumps the generation in
+// the read-only status page before any unmap of it returns, and DRAIN names
+// the registrations that died.
+#include "log.h"
+#include "monitor.h"
+
+#include <linux/mrnotify.h>
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+namespace mrn {
+
+namespace {
+
+class KernelMonitor final : public Monitor {
+public:
+	KernelMonitor(int fd, const mrn_status *status, size_t map_len)
+		: fd_(fd), status_(status), map_len_(map_len)
+	{
+	}
+	~KernelMonitor() override
+	{
+		if (fd_ < 0)
+			return;
+		munmap(const_cast<mrn_status *>(status_), map_len_);
+		close(fd_);
+	}
+
+	mrn_monitor_t kind() const override { return MRN_MONITOR_KERNEL; }
+	const uint64_t *generation() const override
+	{
+		return reinterpret_cast<const uint64_t *>(&status_->generation);
+	}
+	bool keeps_idle_entries() const override { return true; }
+
+	int track(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) override
+	{
+		mrn_register r{};
+		r.size = sizeof(r);
+		r.addr = start;
+		r.length = end - start;
+		r.cookie = cookie;
+		if (ioctl(fd_, MRN_IOC_REGISTER, &r) < 0)
+			return -errno;
+		*id = r.id;
+		return 0;
+	}
+
+	void untrack(uint64_t id) override
+	{
+		mrn_unregister u{};
+		u.size = sizeof(u);
+		u.id = id;
+		// WAS_DIRTY (> 0) is fine: we are dropping it anyway. ENOENT
+		// would mean the cache lost track of an id: say so.
+		if (ioctl(fd_, MRN_IOC_UNREGISTER, &u) < 0)
+			log(1, "unregister of kernel id %llu failed: %s",
+			    static_cast<unsigned long long>(id), strerror(errno));
+	}
+
+	int drain(InvalidationSink &sink, uint64_t *generation) override
+	{
+		std::array<mrn_dirty_entry, 256> batch;
+		for (;;) {
+			mrn_drain d{};
+			d.size = sizeof(d);
+			d.entries = reinterpret_cast<uintptr_t>(batch.data());
+			d.capacity = batch.size();
+			d.entry_size = sizeof(mrn_dirty_entry);
+			if (ioctl(fd_, MRN_IOC_DRAIN, &d) < 0)
+				return -errno;
+			for (uint32_t i = 0; i < d.count; i++)
+				sink.invalidate_cookie(batch[i].cookie, batch[i].id);
+			if (!(d.out_flags & MRN_DRAIN_MORE)) {
+				*generation = d.generation;
+				return 0;
+			}
+		}
+	}
+
+	void abandon_after_fork() override
+	{
+		// The status page is not inherited (VM_DONTCOPY) and the
+		// context answers only its owner: just let go of the fd.
+		close(fd_);
+		fd_ = -1;
+	}
+
+private:
+	int fd_;
+	const mrn_status *status_;
+	size_t map_len_;
+};
+
+} // namespace
+
+std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
+{
+	const int fd = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		*err = -errno;
+		*why = std::string(MRN_DEVICE_PATH) + ": " + strerror(errno) +
+		       (errno == ENOENT ? " (is mrnotify.ko loaded?)" : "");
+		return nullptr;
+	}
+	const size_t len = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+	void *p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		*err = -errno;
+		*why = std::string("mmap of the status page failed: ") + strerror(errno);
+		close(fd);
+		return nullptr;
+	}
+	const auto *status = static_cast<const mrn_status *>(p);
+	if (status->abi_version != MRN_ABI_VERSION) {
+		*err = -EPROTO;
+		*why = "mrnotify.ko speaks ABI " + std::to_string(status->abi_version) +
+		       ", this library " + std::to_string(MRN_ABI_VERSION);
+		munmap(p, len);
+		close(fd);
+		return nullptr;
+	}
+	*why = std::string(MRN_DEVICE_PATH) + " is open (ABI " + std::to_string(MRN_ABI_VERSION) + ")";
+	return std::make_unique<KernelMonitor>(fd, status, len);
+}
+
+} // namespace mrn

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "range_index.h"
+
+namespace mrn {
+
+RangeIndex::RangeIndex(unsigned page_shift) : page_shift_(page_shift) { clear(); }
+
+void RangeIndex::alloc_table(size_t capacity)
+{
+	slots_ = std::make_unique<Slot[]>(capacity);
+	capacity_ = capacity;
+	mask_ = capacity - 1;
+	hash_shift_ = 64 - unsigned(__builtin_ctzl(capacity));
+	used_ = 0;
+}
+
+void RangeIndex::clear()
+{
+	alloc_table(64);
+	entries_ = 0;
+	for (auto &c : level_count_)
+		c = 0;
+	level_mask_.store(0, std::memory_order_relaxed);
+}
+
+unsigned RangeIndex::level_of(size_t len) const
+{
+	unsigned level = 0;
+	while (level + 1 < kLevels && (size_t(1) << shift_of(level)) < len)
+		level++;
+	return level;
+}
+
+void RangeIndex::insert(Entry *e)
+{
+	const unsigned level = level_of(e->length());
+	uint64_t c0, c1;
+	chunks_of(e, level, c0, c1);
+	put_slot(make_key(level, c0), e);
+	if (c1 != c0)
+		put_slot(make_key(level, c1), e);
+	entries_++;
+	level_count_[level]++;
+	level_mask_.fetch_or(uint32_t(1) << level, std::memory_order_release);
+}
+
+void RangeIndex::erase(Entry *e)
+{
+	const unsigned level = level_of(e->length());
+	uint64_t c0, c1;
+	chunks_of(e, level, c0, c1);
+	erase_slot(make_key(level, c0), e);
+	if (c1 != c0)
+		erase_slot(make_key(level, c1), e);
+	entries_--;
+	if (--level_count_[level] == 0)
+		level_mask_.fetch_and(~(uint32_t(1) << level), std::memory_order_relaxed);
+}
+
+void RangeIndex::put_slot(uint64_t key, Entry *e)
+{
+	// The cache keeps the load under 3/4 (insert_needs_growth): linear
+	// probing degrades past that, and a full table would never end a probe.
+	size_t i = home(key);
+	while (slots_[i].key.load(std::memory_order_relaxed) != 0)
+		i = (i + 1) & mask_;
+	slots_[i].entry.store(e, std::memory_order_relaxed);
+	slots_[i].key.store(key, std::memory_order_release);
+	used_++;
+}
+
+void RangeIndex::erase_slot(uint64_t key, Entry *e)
+{
+	auto key_at = [this](size_t i) { return slots_[i].key.load(std::memory_order_relaxed); };
+	size_t i = home(key);
+	while (!(key_at(i) == key && slots_[i].entry.load(std::memory_order_relaxed) == e)) {
+		if (key_at(i) == 0)
+			return; // not filed: nothing to do
+		i = (i + 1) & mask_;
+	}
+	// Backward-shift deletion: pull later members of the probe run into
+	// the hole, so that lookups never need tombstones.
+	size_t hole = i;
+	for (size_t j = (hole + 1) & mask_; key_at(j) != 0; j = (j + 1) & mask_) {
+		const size_t h = home(key_at(j));
+		const bool movable = (hole <= j) ? (h <= hole || h > j) : (h <= hole && h > j);
+		if (movable) {
+			slots_[hole].entry.store(slots_[j].entry.load(std::memory_order_relaxed),
+						 std::memory_order_relaxed);
+			slots_[hole].key.store(key_at(j), std::memory_order_relaxed);
+			hole = j;
+		}
+	}
+	slots_[hole].key.store(0, std::memory_order_relaxed);
+	slots_[hole].entry.store(nullptr, std::memory_order_relaxed);
+	used_--;
+}
+
+void RangeIndex::grow()
+{
+	std::unique_ptr<Slot[]> old = std::move(slots_);
+	const size_t old_capacity = capacity_;
+	alloc_table(old_capacity * 2);
+	for (size_t i = 0; i < old_capacity; i++) {
+		const uint64_t k = old[i].key.load(std::memory_order_relaxed);
+		if (k != 0)
+			put_slot(k, old[i].entry.load(std::memory_order_relaxed));
+	}
+}
+
+} // namespace mrn

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The public C API: configuration from the environment, and the cache with
+// the real userfaultfd monitor on the host kernel (no module needed).
+#include "mrnotify.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+namespace {
+
+const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+
+struct EnvGuard {
+	explicit EnvGuard(const char *name, const char *value) : name_(name)
+	{
+		if (const char *old = getenv(name))
+			old_ = old, had_ = true;
+		setenv(name, value, 1);
+	}
+	~EnvGuard()
+	{
+		if (had_)
+			setenv(name_, old_.c_str(), 1);
+		else
+			unsetenv(name_);
+	}
+	const char *name_;
+	std::string old_;
+	bool had_ = false;
+};
+
+TEST(Config, Defaults)
+{
+	mrn_config c;
+	ASSERT_EQ(0, mrn_config_init(&c));
+	EXPECT_EQ(sizeof(c), c.size);
+	EXPECT_EQ(MRN_MONITOR_AUTO, c.monitor);
+	EXPECT_EQ(1, c.leave_pinned);
+	EXPECT_EQ(MRN_FORK_DONTFORK, c.fork_policy);
+	EXPECT_EQ(0u, c.max_pinned_bytes);
+}
+
+TEST(Config, EnvironmentIsRead)
+{
+	EnvGuard a("MRNOTIFY_MONITOR", "uffd"), b("MRNOTIFY_MAX_PINNED", "64M"),
+		d("MRNOTIFY_MAX_ENTRIES", "100"), e("MRNOTIFY_LEAVE_PINNED", "0"),
+		f("MRNOTIFY_FORK", "none"), g("MRNOTIFY_VERBOSE", "2"), h("MRNOTIFY_STATS", "yes");
+	mrn_config c;
+	ASSERT_EQ(0, mrn_config_init(&c));
+	EXPECT_EQ(MRN_MONITOR_UFFD, c.monitor);
+	EXPECT_EQ(64u << 20, c.max_pinned_bytes);
+	EXPECT_EQ(100u, c.max_entries);
+	EXPECT_EQ(0, c.leave_pinned);
+	EXPECT_EQ(MRN_FORK_NONE, c.fork_policy);
+	EXPECT_EQ(2, c.verbose);
+	EXPECT_EQ(1, c.print_stats);
+}
+
+TEST(Config, BadValuesAreErrors)
+{
+	const std::map<std::string, std::string> bad = {
+		{"MRNOTIFY_MONITOR", "kernal"},	 {"MRNOTIFY_MONITOR", "test-no-invalidation"},
+		{"MRNOTIFY_MAX_PINNED", "-1"},	 {"MRNOTIFY_MAX_PINNED", "12Q"},
+		{"MRNOTIFY_MAX_PINNED", ""},	 {"MRNOTIFY_MAX_ENTRIES", "-5"},
+		{"MRNOTIFY_MAX_ENTRIES", "1e3"}, {"MRNOTIFY_LEAVE_PINNED", "maybe"},
+		{"MRNOTIFY_FORK", "copy"},	 {"MRNOTIFY_VERBOSE", "9"},
+	};
+	for (const auto &[var, value] : bad) {
+		EnvGuard g(var.c_str(), value.c_str());
+		mrn_config c;
+		EXPECT_EQ(-EINVAL, mrn_config_init(&c)) << var << "=" << value;
+	}
+}
+
+TEST(Config, Sizes)
+{
+	uint64_t v = 0;
+	EXPECT_EQ(0, mrn_size_from_string("0", &v));
+	EXPECT_EQ(0u, v);
+	EXPECT_EQ(0, mrn_size_from_string("4k", &v));
+	EXPECT_EQ(4096u, v);
+	EXPECT_EQ(0, mrn_size_from_string("2GiB", &v));
+	EXPECT_EQ(2ull << 30, v);
+	EXPECT_EQ(-EINVAL, mrn_size_from_string("99999999999T", &v));
+	EXPECT_EQ(-EINVAL, mrn_size_from_string("k", &v));
+}
+
+TEST(Create, RejectsBadConfigurations)
+{
+	mrn_cache_t *c = nullptr;
+	mrn_config cfg;
+	ASSERT_EQ(0, mrn_config_init(&cfg));
+	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c)); // no register functions
+	cfg.reg = [](void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.dereg = [](void *, void *) { return 0; };
+	cfg.payload_size = 1 << 20;
+	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c));
+	cfg.payload_size = 8;
+	cfg.monitor = static_cast<mrn_monitor_t>(42);
+	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c));
+	cfg.monitor = MRN_MONITOR_KERNEL;
+	if (access("/dev/mrnotify", F_OK) != 0) {
+		EXPECT_EQ(-ENODEV, mrn_cache_create(&cfg, &c));
+	}
+}
+
+// --- the uffd monitor against the host kernel ------------------------------------
+
+struct Books {
+	int registered = 0, deregistered = 0;
+};
+
+class Uffd : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		mrn_config cfg;
+		ASSERT_EQ(0, mrn_config_init(&cfg));
+		cfg.monitor = MRN_MONITOR_UFFD;
+		cfg.payload_size = sizeof(int);
+		cfg.context = &books;
+		cfg.reg = [](void *ctx, void *, size_t, uint32_t, void *payload) {
+			*static_cast<int *>(payload) = ++static_cast<Books *>(ctx)->registered;
+			return 0;
+		};
+		cfg.dereg = [](void *ctx, void *) {
+			static_cast<Books *>(ctx)->deregistered++;
+			return 0;
+		};
+		const int rc = mrn_cache_create(&cfg, &cache);
+		if (rc == -ENODEV)
+			GTEST_SKIP() << "userfaultfd is not available here";
+		ASSERT_EQ(0, rc);
+		ASSERT_EQ(MRN_MONITOR_UFFD, mrn_cache_monitor(cache));
+		mem = static_cast<char *>(mmap(nullptr, 16 * kPage, PROT_READ | PROT_WRITE,
+					       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+		ASSERT_NE(MAP_FAILED, mem);
+		memset(mem, 1, 16 * kPage);
+	}
+	void TearDown() override
+	{
+		if (cache)
+			mrn_cache_destroy(cache);
+		if (mem)
+			munmap(mem, 16 * kPage);
+		EXPECT_EQ(books.registered, books.deregistered);
+	}
+	// get + put; returns the registration's serial.
+	int use(char *p, size_t len)
+	{
+		mrn_entry_t *e = nullptr;
+		EXPECT_EQ(0, mrn_get(cache, p, len, 1, &e));
+		if (!e)
+			return -1;
+		const int serial = *static_cast<int *>(mrn_entry_payload(e));
+		mrn_put(cache, e);
+		return serial;
+	}
+	mrn_stats stats()
+	{
+		mrn_stats s{};
+		EXPECT_EQ(0, mrn_cache_stats(cache, &s, sizeof(s)));
+		return s;
+	}
+
+	Books books;
+	mrn_cache_t *cache = nullptr;
+	char *mem = nullptr;
+};
+
+TEST_F(Uffd, HitWhileMapped)
+{
+	EXPECT_EQ(1, use(mem, kPage));
+	EXPECT_EQ(1, use(mem, kPage));
+	EXPECT_EQ(1u, stats().hits);
+}
+
+TEST_F(Uffd, MunmapAndRemapInvalidates)
+{
+	EXPECT_EQ(1, use(mem + kPage, kPage));
+	ASSERT_EQ(0, munmap(mem + kPage, kPage));
+	ASSERT_EQ(mem + kPage, mmap(mem + kPage, kPage, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+	EXPECT_EQ(2, use(mem + kPage, kPage));
+	EXPECT_EQ(1u, stats().invalidations);
+}
+
+TEST_F(Uffd, MadviseDontneedInvalidates)
+{
+	EXPECT_EQ(1, use(mem, 4 * kPage));
+	ASSERT_EQ(0, madvise(mem + 2 * kPage, kPage, MADV_DONTNEED));
+	EXPECT_EQ(2, use(mem, 4 * kPage));
+}
+
+TEST_F(Uffd, MprotectDoesNotInvalidate)
+{
+	EXPECT_EQ(1, use(mem, 2 * kPage));
+	ASSERT_EQ(0, mprotect(mem, 2 * kPage, PROT_READ));
+	ASSERT_EQ(0, mprotect(mem, 2 * kPage, PROT_READ | PROT_WRITE));
+	EXPECT_EQ(1, use(mem, 2 * kPage));
+	EXPECT_EQ(0u, stats().invalidations);
+}
+
+TEST_F(Uffd, UnmapOfOtherMemoryDoesNotInvalidate)
+{
+	EXPECT_EQ(1, use(mem, kPage));
+	ASSERT_EQ(0, munmap(mem + 8 * kPage, kPage));
+	EXPECT_EQ(1, use(mem, kPage));
+}
+
+TEST_F(Uffd, FileBackedMemoryIsNotKeptIdle)
+{
+	char path[] = "/tmp/mrn-capi-XXXXXX";
+	const int fd = mkstemp(path);
+	ASSERT_GE(fd, 0);
+	unlink(path);
+	ASSERT_EQ(0, ftruncate(fd, kPage));
+	char *f = static_cast<char *>(mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE, fd, 0));
+	ASSERT_NE(MAP_FAILED, f);
+	EXPECT_EQ(1, use(f, kPage));
+	EXPECT_EQ(2, use(f, kPage)); // uffd cannot watch it: not cached when idle
+	munmap(f, kPage);
+	close(fd);
+}
+
+TEST(Auto, PicksAMonitorAndSaysWhich)
+{
+	mrn_config cfg;
+	ASSERT_EQ(0, mrn_config_init(&cfg));
+	cfg.reg = [](void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.dereg = [](void *, void *) { return 0; };
+	mrn_cache_t *c = nullptr;
+	ASSERT_EQ(0, mrn_cache_create(&cfg, &c));
+	const mrn_monitor_t m = mrn_cache_monitor(c);
+	EXPECT_NE(MRN_MONITOR_AUTO, m);
+	if (access("/dev/mrnotify", F_OK) == 0) {
+		EXPECT_EQ(MRN_MONITOR_KERNEL, m);
+	}
+	mrn_cache_destroy(c);
+}
+
+} // namespace
