@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "entry_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -14,25 +15,29 @@ EntryPool::EntryPool(size_t payload_size) : block_(round_up(sizeof(Entry) + payl
 
 Entry *EntryPool::allocate()
 {
-	if (!free_) {
-		std::unique_ptr<unsigned char[]> slab;
-		try {
-			slab = std::make_unique<unsigned char[]>(kSlabBytes);
-		} catch (const std::bad_alloc &) {
-			return nullptr;
+	void *b = nullptr;
+	if (free_) {
+		b = free_;
+		free_ = free_->next;
+		std::memset(b, 0, block_);
+	} else {
+		if (bump_ + block_ > bump_end_) {
+			const size_t bytes = slabs_.empty()
+						     ? kFirstSlab
+						     : std::min(slabs_.back().size() * 2, BigArray::kHuge);
+			try {
+				slabs_.emplace_back(std::max(bytes, block_));
+			} catch (const std::bad_alloc &) {
+				return nullptr;
+			}
+			reserved_ += slabs_.back().size();
+			bump_ = static_cast<unsigned char *>(slabs_.back().data());
+			bump_end_ = bump_ + slabs_.back().size();
 		}
-		const size_t n = kSlabBytes / block_;
-		for (size_t i = n; i-- > 0;) {
-			auto *b = reinterpret_cast<FreeBlock *>(slab.get() + i * block_);
-			b->next = free_;
-			free_ = b;
-		}
-		slabs_.push_back(std::move(slab));
+		b = bump_; // fresh mmap'ed memory is already zero
+		bump_ += block_;
 	}
-	FreeBlock *b = free_;
-	free_ = b->next;
 	in_use_++;
-	std::memset(static_cast<void *>(b), 0, block_);
 	return new (b) Entry{};
 }
 
@@ -51,7 +56,9 @@ void EntryPool::abandon()
 		abandoned_.push_back(std::move(s));
 	slabs_.clear();
 	free_ = nullptr;
+	bump_ = bump_end_ = nullptr;
 	in_use_ = 0;
+	reserved_ = 0;
 }
 
 } // namespace mrn

@@ -2,10 +2,10 @@
 #ifndef MRN_ENTRY_POOL_H
 #define MRN_ENTRY_POOL_H
 
+#include "big_array.h"
 #include "entry.h"
 
 #include <cstddef>
-#include <memory>
 #include <vector>
 
 namespace mrn {
@@ -25,24 +25,29 @@ public:
 
 	size_t block_size() const { return block_; }
 	size_t blocks_in_use() const { return in_use_; }
-	size_t bytes_reserved() const { return slabs_.size() * kSlabBytes; }
+	size_t bytes_reserved() const { return reserved_; }
 
 	// After fork the child forgets its parent's blocks (they stay mapped:
 	// the child may still hold pointers to them).
 	void abandon();
 
 private:
-	static constexpr size_t kSlabBytes = 256 * 1024;
+	// Slabs double from 64 KiB to 2 MiB (huge-page advised): small caches
+	// stay small, large ones get few TLB entries.
+	static constexpr size_t kFirstSlab = 64 * 1024;
 
 	struct FreeBlock {
 		FreeBlock *next;
 	};
 
 	size_t block_;
-	std::vector<std::unique_ptr<unsigned char[]>> slabs_;
-	std::vector<std::unique_ptr<unsigned char[]>> abandoned_;
+	std::vector<BigArray> slabs_;
+	std::vector<BigArray> abandoned_;
 	FreeBlock *free_ = nullptr;
+	unsigned char *bump_ = nullptr; // unused tail of the newest slab
+	unsigned char *bump_end_ = nullptr;
 	size_t in_use_ = 0;
+	size_t reserved_ = 0;
 };
 
 } // namespace mrn

@@ -7,10 +7,14 @@ RangeIndex::RangeIndex(unsigned page_shift) : page_shift_(page_shift) { clear();
 
 void RangeIndex::alloc_table(size_t capacity)
 {
-	slots_ = std::make_unique<Slot[]>(capacity);
+	// mmap'ed memory is zero: every slot starts empty.
+	table_ = BigArray(capacity * sizeof(Slot));
+	slots_ = static_cast<Slot *>(table_.data());
 	capacity_ = capacity;
 	mask_ = capacity - 1;
-	hash_shift_ = 64 - unsigned(__builtin_ctzl(capacity));
+	// The block hash supplies the bits above the 64-slot block.
+	const unsigned bits = unsigned(__builtin_ctzl(capacity));
+	hash_shift_ = bits > 6 ? 64 - (bits - 6) : 63;
 	used_ = 0;
 }
 
@@ -21,14 +25,6 @@ void RangeIndex::clear()
 	for (auto &c : level_count_)
 		c = 0;
 	level_mask_.store(0, std::memory_order_relaxed);
-}
-
-unsigned RangeIndex::level_of(size_t len) const
-{
-	unsigned level = 0;
-	while (level + 1 < kLevels && (size_t(1) << shift_of(level)) < len)
-		level++;
-	return level;
 }
 
 void RangeIndex::insert(Entry *e)
@@ -98,7 +94,8 @@ void RangeIndex::erase_slot(uint64_t key, Entry *e)
 
 void RangeIndex::grow()
 {
-	std::unique_ptr<Slot[]> old = std::move(slots_);
+	BigArray old_table = std::move(table_);
+	const Slot *old = slots_;
 	const size_t old_capacity = capacity_;
 	alloc_table(old_capacity * 2);
 	for (size_t i = 0; i < old_capacity; i++) {

@@ -12,6 +12,7 @@
 #ifndef MRN_RANGE_INDEX_H
 #define MRN_RANGE_INDEX_H
 
+#include "big_array.h"
 #include "entry.h"
 
 #include <cstddef>
@@ -46,8 +47,16 @@ public:
 	// Calls fn(entry) once for each entry.
 	template <typename Fn> void for_each(Fn fn) const;
 
-	// Exposed for tests.
-	unsigned level_of(size_t len) const;
+	// The level for entries of len bytes: the smallest whose chunk (a page
+	// times 4^level) holds len. Public for tests.
+	unsigned level_of(size_t len) const
+	{
+		if (len <= (size_t(1) << page_shift_))
+			return 0;
+		const unsigned bits = 64 - unsigned(__builtin_clzl(len - 1)); // ceil(log2 len)
+		const unsigned level = (bits - page_shift_ + 1) / 2;
+		return level < kLevels ? level : kLevels - 1;
+	}
 	unsigned shift_of(unsigned level) const { return page_shift_ + 2 * level; }
 
 private:
@@ -62,9 +71,13 @@ private:
 		return (uint64_t(level) + 1) << 56 | chunk;
 	}
 	static unsigned key_level(uint64_t key) { return unsigned(key >> 56) - 1; }
+	// Neighbouring chunks stay neighbours in blocks of 64 slots (a walk
+	// through adjacent buffers touches few lines); the blocks themselves are
+	// scattered by a multiplicative hash, so regular strides do not pile up.
 	size_t home(uint64_t key) const
 	{
-		return size_t((key * UINT64_C(0x9E3779B97F4A7C15)) >> hash_shift_);
+		const uint64_t block = (key >> 6) * UINT64_C(0x9E3779B97F4A7C15);
+		return size_t(((block >> hash_shift_) << 6 | (key & 63)) & mask_);
 	}
 	void put_slot(uint64_t key, Entry *e);
 	void erase_slot(uint64_t key, Entry *e);
@@ -77,7 +90,8 @@ private:
 	}
 
 	unsigned page_shift_;
-	std::unique_ptr<Slot[]> slots_;
+	BigArray table_;
+	Slot *slots_ = nullptr;
 	size_t capacity_ = 0;
 	size_t mask_ = 0;
 	unsigned hash_shift_ = 64;

@@ -40,13 +40,8 @@ std::atomic<uint32_t> ReaderRecords::overflow_{0};
 std::atomic<unsigned> ReaderRecords::high_water_{0};
 bool ReaderRecords::asymmetric_ = register_membarrier();
 
-ReaderRecord *ReaderRecords::table()
-{
-	static ReaderRecord records[kMaxReaderRecords];
-	return records;
-}
-
-thread_local ReaderRecords::ThreadState ReaderRecords::tls_;
+__thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec")));
+ReaderRecord ReaderRecords::records_[kMaxReaderRecords];
 
 unsigned ReaderRecords::assign_index()
 {
@@ -64,13 +59,13 @@ unsigned ReaderRecords::assign_index()
 		}
 	}
 	holder.index = index;
-	tls_.index_plus_one = index + 1;
+	tls_reader.index_plus_one = index + 1;
 	return index;
 }
 
 ReaderRecords::Holder::~Holder()
 {
-	tls_.index_plus_one = 0;
+	tls_reader.index_plus_one = 0;
 	if (index >= kMaxReaderRecords)
 		return;
 	std::lock_guard<std::mutex> g(free_list_mutex());
@@ -87,7 +82,7 @@ void ReaderRecords::barrier_all_threads()
 void ReaderRecords::reset_after_fork()
 {
 	for (unsigned i = 0; i < kMaxReaderRecords; i++)
-		table()[i].active.store(0, std::memory_order_relaxed);
+		records_[i].active.store(0, std::memory_order_relaxed);
 	overflow_.store(0, std::memory_order_relaxed);
 	// The registration belongs to the address space: the child's is new.
 	if (asymmetric_)

@@ -26,6 +26,15 @@ namespace mrn {
 
 constexpr unsigned kMaxReaderRecords = 256;
 
+// Per-thread state read on every hit: __thread (no dynamic initialisation,
+// so no init wrapper) in the initial-exec model (one %fs-relative load, no
+// __tls_get_addr call). Eight bytes of the static TLS surplus.
+struct ReaderThreadState {
+	unsigned index_plus_one;
+	uint32_t sequence;
+};
+extern __thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec")));
+
 struct alignas(64) ReaderRecord {
 	std::atomic<uint32_t> active{0};
 };
@@ -37,12 +46,12 @@ public:
 	// taken (such threads share the counted overflow record).
 	static unsigned my_index()
 	{
-		const unsigned i = tls_.index_plus_one;
+		const unsigned i = tls_reader.index_plus_one;
 		return __builtin_expect(i != 0, 1) ? i - 1 : assign_index();
 	}
 	// A number that grows with each call in this thread (LRU stamps).
-	static uint32_t next_sequence() { return ++tls_.sequence; }
-	static ReaderRecord &record(unsigned i) { return table()[i]; }
+	static uint32_t next_sequence() { return ++tls_reader.sequence; }
+	static ReaderRecord &record(unsigned i) { return records_[i]; }
 	static std::atomic<uint32_t> &overflow() { return overflow_; }
 	// How many records have ever been handed out (a writer scans these).
 	static unsigned high_water() { return high_water_.load(std::memory_order_acquire); }
@@ -55,20 +64,13 @@ public:
 	static void reset_after_fork();
 
 private:
-	// Trivially constructed, initial-exec TLS: reading it on a hit is one
-	// load, with no guard and no __tls_get_addr call.
-	struct ThreadState {
-		unsigned index_plus_one;
-		uint32_t sequence;
-	};
-	static thread_local ThreadState tls_ __attribute__((tls_model("initial-exec")));
 	// Gives the record back when the thread exits.
 	struct Holder {
 		~Holder();
 		unsigned index = kMaxReaderRecords;
 	};
 	static unsigned assign_index();
-	static ReaderRecord *table();
+	static ReaderRecord records_[kMaxReaderRecords];
 	static std::atomic<uint32_t> overflow_;
 	static std::atomic<unsigned> high_water_;
 	static bool asymmetric_;
