@@ -139,6 +139,8 @@ void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry);
 
 /* The entry's payload and registered range (it may be larger than asked). */
 void *mrn_entry_payload(const mrn_entry_t *entry);
+/* The entry whose payload this is (for glue that hands payloads out). */
+mrn_entry_t *mrn_entry_from_payload(void *payload);
 void *mrn_entry_addr(const mrn_entry_t *entry);
 size_t mrn_entry_length(const mrn_entry_t *entry);
 uint32_t mrn_entry_access(const mrn_entry_t *entry);
@@ -188,6 +190,44 @@ void mrn_cache_print_stats(mrn_cache_t *cache);
 
 /* Memory the cache uses per entry beyond the payload (for benchmarks). */
 size_t mrn_cache_bytes_per_entry(mrn_cache_t *cache);
+
+/*
+ * Watches without a cache, for glue that feeds another cache (UCX's rcache)
+ * from the kernel: watch ranges under cookies, compare the generation on the
+ * lookup path, and drain what became invalid. Only the kernel monitor can
+ * name ranges by cookie; mrn_watch_open() accepts MRN_MONITOR_KERNEL (or
+ * AUTO, which then means kernel) and fails with -ENODEV when the device is
+ * missing.
+ */
+typedef struct mrn_watch mrn_watch_t;
+
+int mrn_watch_open(mrn_monitor_t monitor, mrn_watch_t **watch);
+void mrn_watch_close(mrn_watch_t *watch);
+
+/* Watches [addr, addr + len) under cookie; *id is the handle for removal. */
+int mrn_watch_add(mrn_watch_t *watch, void *addr, size_t len, uint64_t cookie, uint64_t *id);
+
+/*
+ * Stops watching. Returns 0, or 1 when the range had already become invalid
+ * and had not been drained yet (it will not be reported by a drain).
+ */
+int mrn_watch_remove(mrn_watch_t *watch, uint64_t id);
+
+/*
+ * The word that moves when something watched became invalid: read it with
+ * an acquire load and compare it with the generation the last drain gave.
+ */
+const volatile uint64_t *mrn_watch_generation(const mrn_watch_t *watch);
+
+typedef void (*mrn_watch_fn)(void *arg, uint64_t cookie, void *addr, size_t len);
+
+/*
+ * Calls fn for each watched range that became invalid (each is reported
+ * once and is no longer watched), then stores in *generation the value of
+ * the generation word that everything reported corresponds to. Thread safe.
+ * Returns the number reported, or a negative errno.
+ */
+long mrn_watch_drain(mrn_watch_t *watch, mrn_watch_fn fn, void *arg, uint64_t *generation);
 
 #ifdef __cplusplus
 }

@@ -163,7 +163,7 @@ void Cache::fork_child()
 
 // --- invalidation ------------------------------------------------------------
 
-void Cache::invalidate_cookie(uint64_t cookie, uint64_t track_id)
+void Cache::invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t, uintptr_t)
 {
 	Entry *x = reinterpret_cast<Entry *>(static_cast<uintptr_t>(cookie));
 	// The kernel reports only registrations we have not unregistered, so

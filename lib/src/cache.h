@@ -135,7 +135,8 @@ private:
 	using Lock = std::unique_lock<std::mutex>;
 	void check_fork_locked();
 	int sync_locked();
-	void invalidate_cookie(uint64_t cookie, uint64_t track_id) override;
+	void invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t start,
+			       uintptr_t end) override;
 	void invalidate_range(uintptr_t start, uintptr_t end) override;
 	void detach_locked(std::vector<Entry *> &victims);
 	size_t evict_locked(uint64_t bytes_needed, uint64_t entries_needed);

@@ -98,6 +98,10 @@ extern "C" void *mrn_entry_payload(const mrn_entry_t *entry)
 {
 	return const_cast<Entry *>(impl(entry))->payload();
 }
+extern "C" mrn_entry_t *mrn_entry_from_payload(void *payload)
+{
+	return reinterpret_cast<mrn_entry_t *>(Entry::from_payload(payload));
+}
 extern "C" void *mrn_entry_addr(const mrn_entry_t *entry)
 {
 	return reinterpret_cast<void *>(impl(entry)->start);

@@ -19,7 +19,7 @@ public:
 		*id = 0;
 		return 0;
 	}
-	void untrack(uint64_t) override {}
+	int untrack(uint64_t) override { return 0; }
 	int drain(InvalidationSink &, uint64_t *generation) override
 	{
 		*generation = generation_;

@@ -17,7 +17,9 @@ namespace mrn {
 // address ranges (monitors that only know ranges).
 class InvalidationSink {
 public:
-	virtual void invalidate_cookie(uint64_t cookie, uint64_t track_id) = 0;
+	// [start, end) is the range given to track().
+	virtual void invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t start,
+				       uintptr_t end) = 0;
 	virtual void invalidate_range(uintptr_t start, uintptr_t end) = 0;
 
 protected:
@@ -43,8 +45,9 @@ public:
 	// keeps the entry only while in use), or another negative errno.
 	virtual int track(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) = 0;
 
-	// Stop watching the registration track() returned id for.
-	virtual void untrack(uint64_t id) = 0;
+	// Stop watching the registration track() returned id for. Returns 0,
+	// 1 if it had become invalid and was not drained yet, or -errno.
+	virtual int untrack(uint64_t id) = 0;
 
 	// No live entry needs [start, end) watched any more (monitors that
 	// watch pages rather than registrations release them here).

@@ -56,16 +56,19 @@ public:
 		return 0;
 	}
 
-	void untrack(uint64_t id) override
+	int untrack(uint64_t id) override
 	{
 		mrn_unregister u{};
 		u.size = sizeof(u);
 		u.id = id;
-		// WAS_DIRTY (> 0) is fine: we are dropping it anyway. ENOENT
-		// would mean the cache lost track of an id: say so.
-		if (ioctl(fd_, MRN_IOC_UNREGISTER, &u) < 0)
+		const int rc = ioctl(fd_, MRN_IOC_UNREGISTER, &u);
+		if (rc < 0) {
+			// ENOENT would mean a caller lost track of an id: say so.
 			log(1, "unregister of kernel id %llu failed: %s",
 			    static_cast<unsigned long long>(id), strerror(errno));
+			return -errno;
+		}
+		return rc; // MRN_UNREGISTER_WAS_DIRTY or 0
 	}
 
 	int drain(InvalidationSink &sink, uint64_t *generation) override
@@ -80,7 +83,8 @@ public:
 			if (ioctl(fd_, MRN_IOC_DRAIN, &d) < 0)
 				return -errno;
 			for (uint32_t i = 0; i < d.count; i++)
-				sink.invalidate_cookie(batch[i].cookie, batch[i].id);
+				sink.invalidate_cookie(batch[i].cookie, batch[i].id, batch[i].addr,
+						       batch[i].addr + batch[i].length);
 			if (!(d.out_flags & MRN_DRAIN_MORE)) {
 				*generation = d.generation;
 				return 0;

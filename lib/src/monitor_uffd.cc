@@ -78,7 +78,7 @@ public:
 		return 0;
 	}
 
-	void untrack(uint64_t) override {}
+	int untrack(uint64_t) override { return 0; }
 
 	void release_range(uintptr_t start, uintptr_t end) override
 	{

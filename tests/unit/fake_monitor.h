@@ -40,19 +40,21 @@ public:
 		tracked_[*id] = Reg{s, e, cookie};
 		return 0;
 	}
-	void untrack(uint64_t id) override
+	int untrack(uint64_t id) override
 	{
 		std::lock_guard<std::mutex> g(m_);
-		if (!tracked_.erase(id))
-			for (auto it = dirty_.begin(); it != dirty_.end(); ++it)
-				if (it->second == id) {
-					dirty_.erase(it);
-					return;
-				}
+		if (tracked_.erase(id))
+			return 0;
+		for (auto it = dirty_.begin(); it != dirty_.end(); ++it)
+			if (it->id == id) {
+				dirty_.erase(it);
+				return 1;
+			}
+		return -ENOENT;
 	}
 	int drain(InvalidationSink &sink, uint64_t *gen) override
 	{
-		std::vector<std::pair<uint64_t, uint64_t>> d;
+		std::vector<Dirty> d;
 		std::vector<std::pair<uintptr_t, uintptr_t>> r;
 		{
 			std::lock_guard<std::mutex> g(m_);
@@ -61,8 +63,8 @@ public:
 			*gen = __atomic_load_n(&gen_, __ATOMIC_ACQUIRE);
 			drains++;
 		}
-		for (auto [cookie, id] : d)
-			sink.invalidate_cookie(cookie, id);
+		for (const Dirty &x : d)
+			sink.invalidate_cookie(x.cookie, x.id, x.start, x.end);
 		for (auto [s, e] : r)
 			sink.invalidate_range(s, e);
 		return 0;
@@ -80,7 +82,8 @@ public:
 		}
 		for (auto it = tracked_.begin(); it != tracked_.end();) {
 			if (it->second.start < e && s < it->second.end) {
-				dirty_.emplace_back(it->second.cookie, it->first);
+				dirty_.push_back(Dirty{it->second.cookie, it->first, it->second.start,
+						       it->second.end});
 				it = tracked_.erase(it);
 				__atomic_fetch_add(&gen_, 1, __ATOMIC_RELEASE);
 			} else {
@@ -103,13 +106,17 @@ private:
 		uintptr_t start, end;
 		uint64_t cookie;
 	};
+	struct Dirty {
+		uint64_t cookie, id;
+		uintptr_t start, end;
+	};
 	mutable std::mutex m_;
 	bool range_mode_;
 	bool keeps_idle_;
 	uint64_t gen_ = 0;
 	uint64_t next_id_ = 1;
 	std::map<uint64_t, Reg> tracked_;
-	std::vector<std::pair<uint64_t, uint64_t>> dirty_;
+	std::vector<Dirty> dirty_;
 	std::vector<std::pair<uintptr_t, uintptr_t>> ranges_;
 };
 
