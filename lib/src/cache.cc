@@ -192,12 +192,10 @@ void Cache::invalidate_range(uintptr_t start, uintptr_t end)
 			x->invalid.store(true, std::memory_order_relaxed);
 }
 
-// Takes the victims out of the index; those nobody uses are doomed.
-void Cache::detach_locked(std::vector<Entry *> &victims)
+// Takes the victims out of the index (readers must be excluded); those
+// nobody uses are doomed, the others wait for their last put.
+void Cache::detach_excluded(std::vector<Entry *> &victims)
 {
-	if (victims.empty())
-		return;
-	ExclusiveGuard ex(lock_);
 	for (Entry *x : victims) {
 		if (x->state.load(std::memory_order_relaxed) != Entry::kIndexed)
 			continue;
@@ -209,6 +207,23 @@ void Cache::detach_locked(std::vector<Entry *> &victims)
 			unindexed_.insert(x);
 	}
 	victims.clear();
+}
+
+void Cache::detach_locked(std::vector<Entry *> &victims)
+{
+	if (victims.empty())
+		return;
+	ExclusiveGuard ex(lock_);
+	detach_excluded(victims);
+}
+
+// Drops an idle entry (readers must be excluded, and x idle: refs == 1).
+void Cache::drop_idle_excluded(Entry *x)
+{
+	index_.erase(x);
+	x->state.store(Entry::kDetached, std::memory_order_relaxed);
+	x->refs.store(0, std::memory_order_relaxed);
+	doomed_.push_back(x);
 }
 
 int Cache::sync_locked()
@@ -236,17 +251,7 @@ int Cache::sync_locked()
 		// Publish the new generation together with the removals: a hit
 		// that sees it also sees the victims gone.
 		ExclusiveGuard ex(lock_);
-		for (Entry *x : victims_) {
-			if (x->state.load(std::memory_order_relaxed) != Entry::kIndexed)
-				continue;
-			index_.erase(x);
-			x->state.store(Entry::kDetached, std::memory_order_relaxed);
-			if (x->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
-				doomed_.push_back(x);
-			else
-				unindexed_.insert(x);
-		}
-		victims_.clear();
+		detach_excluded(victims_);
 		seen_gen_.store(gen, std::memory_order_relaxed);
 	}
 	return rc;
@@ -496,10 +501,7 @@ size_t Cache::evict_locked(uint64_t bytes_needed, uint64_t entries_needed)
 			// Recheck with readers out: a hit may have taken it.
 			if (!idle(x))
 				continue;
-			index_.erase(x);
-			x->state.store(Entry::kDetached, std::memory_order_relaxed);
-			x->refs.store(0, std::memory_order_relaxed);
-			doomed_.push_back(x);
+			drop_idle_excluded(x);
 			evicted++;
 		}
 	}
@@ -532,10 +534,7 @@ long Cache::flush()
 		for (Entry *x : all) {
 			if (x->refs.load(std::memory_order_relaxed) != 1)
 				continue;
-			index_.erase(x);
-			x->state.store(Entry::kDetached, std::memory_order_relaxed);
-			x->refs.store(0, std::memory_order_relaxed);
-			doomed_.push_back(x);
+			drop_idle_excluded(x);
 			n++;
 		}
 	}
@@ -571,12 +570,8 @@ void Cache::put_slow(Entry *x, bool released)
 	} else if (prev == 2 && x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
 		// Idle, and idle entries are not kept.
 		ExclusiveGuard ex(lock_);
-		if (x->refs.load(std::memory_order_relaxed) == 1) {
-			index_.erase(x);
-			x->state.store(Entry::kDetached, std::memory_order_relaxed);
-			x->refs.store(0, std::memory_order_relaxed);
-			doomed_.push_back(x);
-		}
+		if (x->refs.load(std::memory_order_relaxed) == 1)
+			drop_idle_excluded(x);
 	}
 	destroy_doomed(lk);
 }

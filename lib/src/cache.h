@@ -139,6 +139,8 @@ private:
 			       uintptr_t end) override;
 	void invalidate_range(uintptr_t start, uintptr_t end) override;
 	void detach_locked(std::vector<Entry *> &victims);
+	void detach_excluded(std::vector<Entry *> &victims);
+	void drop_idle_excluded(Entry *x);
 	size_t evict_locked(uint64_t bytes_needed, uint64_t entries_needed);
 	void make_room_locked(size_t len);
 	void insert_locked(Entry *p);
