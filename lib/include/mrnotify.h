@@ -14,10 +14,11 @@
  *           kernel; a hit costs one load and compare of a counter the kernel
  *           bumps before munmap() returns. The default when the device opens.
  *   uffd    userfaultfd unmap/remove/remap events read by a monitor thread;
- *           works on stock kernels. There is an unavoidable window: an
- *           unmapping thread is released when the monitor reads the event,
- *           a moment before the cache marks the range invalid; a get() of the
- *           same range by another thread in that window can hit.
+ *           works on stock kernels. There is an unavoidable window: the
+ *           kernel releases the unmapping thread once the monitor has read
+ *           the event, a moment before the cache marks the range invalid; a
+ *           get() of the range in that window, even by the thread that just
+ *           unmapped it, can hit.
  *   none    no monitor: idle entries are not kept (leave_pinned is off), so
  *           a registration lives only while it is in use. Invalidations can
  *           still be fed with mrn_invalidate_range().

@@ -8,7 +8,8 @@
 //
 // The window that cannot be closed: the kernel releases the unmapping thread
 // once the monitor has read the event, a moment before the generation
-// moves. A get() of that range by a third thread in between can still hit.
+// moves. A get() of that range in between, even by the thread that just
+// unmapped it, can still hit.
 // Only anonymous, shmem and hugetlb memory can be registered; entries on
 // other memory are kept only while in use.
 #include "log.h"
