@@ -6,7 +6,8 @@
 #   ./quickstart.sh demo   build, boot a guest kernel with mrnotify.ko and
 #                          Soft-RoCE, and show the cache at work
 #   ./quickstart.sh test   build and run every test: unit tests on the host,
-#                          then the guest tests (module + rxe), then distcheck
+#                          the guest tests (module + rxe), the benchmarks,
+#                          then distcheck
 # Each does its own set-up: missing Debian packages, autogen, configure, make.
 # The build goes to _build/ (MRNOTIFY_BUILD_DIR overrides).
 set -u -o pipefail
@@ -64,6 +65,9 @@ run_tests() {
 	make -j"$jobs" check || status=1
 	say "guest tests (make check-guest: qemu, mrnotify.ko, Soft-RoCE)"
 	make check-guest || status=1
+	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
+	bench/cache_bench --quick || status=1
+	make bench-guest || status=1
 	say "make distcheck"
 	make -j"$jobs" distcheck >distcheck.log 2>&1 || {
 		tail -n 40 distcheck.log
