@@ -54,12 +54,15 @@ extern "C" int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **c
 
 extern "C" void mrn_cache_destroy(mrn_cache_t *cache)
 {
+	// unique_ptr of nullptr is a no-op, as free(NULL) is.
 	std::unique_ptr<Cache> owned(impl(cache));
 }
 
 extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access,
 		       mrn_entry_t **entry)
 {
+	if (!cache || !entry)
+		return -EINVAL;
 	return guarded(
 		[&] {
 			Entry *e = nullptr;
@@ -73,6 +76,8 @@ extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t acce
 
 extern "C" void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry)
 {
+	if (!cache || !entry)
+		return;
 	guarded(
 		[&] {
 			impl(cache)->put(impl(entry));
@@ -83,6 +88,8 @@ extern "C" void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry)
 
 extern "C" int mrn_find(mrn_cache_t *cache, void *addr, size_t len, mrn_entry_t **entry)
 {
+	if (!cache || !entry)
+		return -EINVAL;
 	return guarded(
 		[&] {
 			Entry *e = nullptr;
@@ -111,16 +118,22 @@ extern "C" uint32_t mrn_entry_access(const mrn_entry_t *entry) { return impl(ent
 
 extern "C" long mrn_invalidate_range(mrn_cache_t *cache, void *addr, size_t len)
 {
+	if (!cache)
+		return -EINVAL;
 	return guarded([&] { return impl(cache)->invalidate(addr, len); }, long(-ENOMEM));
 }
 
 extern "C" int mrn_evict_one(mrn_cache_t *cache)
 {
+	if (!cache)
+		return 0;
 	return guarded([&] { return impl(cache)->evict_one() ? 1 : 0; }, 0);
 }
 
 extern "C" long mrn_flush(mrn_cache_t *cache)
 {
+	if (!cache)
+		return -EINVAL;
 	return guarded([&] { return impl(cache)->flush(); }, long(-ENOMEM));
 }
 

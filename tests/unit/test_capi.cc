@@ -94,6 +94,20 @@ TEST(Config, Sizes)
 	EXPECT_EQ(-EINVAL, mrn_size_from_string("k", &v));
 }
 
+TEST(Api, NullArgumentsAreErrorsNotCrashes)
+{
+	mrn_entry_t *e = nullptr;
+	EXPECT_EQ(-EINVAL, mrn_get(nullptr, &e, 1, 0, &e));
+	EXPECT_EQ(-EINVAL, mrn_find(nullptr, &e, 1, &e));
+	EXPECT_EQ(-EINVAL, mrn_invalidate_range(nullptr, &e, 1));
+	EXPECT_EQ(-EINVAL, mrn_flush(nullptr));
+	EXPECT_EQ(0, mrn_evict_one(nullptr));
+	EXPECT_EQ(-EINVAL, mrn_config_init(nullptr));
+	EXPECT_EQ(-EINVAL, mrn_cache_create(nullptr, nullptr));
+	mrn_put(nullptr, nullptr);
+	mrn_cache_destroy(nullptr);
+}
+
 TEST(Create, RejectsBadConfigurations)
 {
 	mrn_cache_t *c = nullptr;
