@@ -68,8 +68,6 @@
 
 /* Cookie of the watch the self-test makes; region watches use slot numbers. */
 #define MRN_UCX_SELFTEST_COOKIE UINT64_MAX
-/* Everything, for ucm_vm_munmap() when every cached range must go. */
-#define MRN_UCX_ALL_LEN ((size_t)UINTPTR_MAX & ~(size_t)0xfff)
 
 typedef struct mrn_ucx_config {
 	int enable;	/* UCS_YES, UCS_NO or UCS_TRY */
@@ -125,6 +123,8 @@ typedef struct mrn_ucx_region {
  */
 typedef struct mrn_ucx_slot {
 	uint64_t id;		/* kernel watch id; 0 once the kernel dropped it */
+	uintptr_t start;	/* the watched range, for invalidating it */
+	size_t len;		/* without the kernel's help (see mrn_ucx_forget_all) */
 	uint32_t next_free;
 	uint32_t used;
 } mrn_ucx_slot_t;
@@ -193,7 +193,7 @@ static void *mrn_ucx_resolve(const char *name)
 /* ---- kernel watches ------------------------------------------------------ */
 
 /* Lock held. 0 when no slot can be had (the region then stays unwatched). */
-static uint32_t mrn_ucx_slot_alloc(uint64_t id)
+static uint32_t mrn_ucx_slot_alloc(void *start, size_t len)
 {
 	uint32_t s;
 
@@ -217,7 +217,9 @@ static uint32_t mrn_ucx_slot_alloc(uint64_t id)
 		}
 		s = mrn_ucx.nslots++;
 	}
-	mrn_ucx.slots[s].id = id;
+	mrn_ucx.slots[s].id = 0;
+	mrn_ucx.slots[s].start = (uintptr_t)start;
+	mrn_ucx.slots[s].len = len;
 	mrn_ucx.slots[s].used = 1;
 	mrn_ucx.slots[s].next_free = 0;
 	return s;
@@ -230,6 +232,24 @@ static void mrn_ucx_slot_free(uint32_t s)
 	mrn_ucx.slots[s].id = 0;
 	mrn_ucx.slots[s].next_free = mrn_ucx.free_slot;
 	mrn_ucx.free_slot = s;
+}
+
+/*
+ * Lock held. Invalidates every range watched through the slot table, in
+ * every cache, without asking the kernel: when a drain fails, and in a
+ * forked child, whose watches were the parent's. Range by range: in UCX
+ * 1.13 one ucm_vm_munmap() of the whole address space makes the page-table
+ * search of a cache that spans less of it walk the address space (it
+ * stops at the requested end, not at the table's).
+ */
+static void mrn_ucx_forget_all(void)
+{
+	for (uint32_t s = 1; s < mrn_ucx.nslots; s++) {
+		if (!mrn_ucx.slots[s].used)
+			continue;
+		ucm_vm_munmap((void *)mrn_ucx.slots[s].start, mrn_ucx.slots[s].len);
+		mrn_ucx.stats.ranges++;
+	}
 }
 
 typedef struct mrn_ucx_drain_ctx {
@@ -277,9 +297,9 @@ static void __attribute__((noinline)) mrn_ucx_drain(mrn_ucx_drain_ctx_t *ctx)
 		n = mrn_watch_drain(mrn_ucx.watch, mrn_ucx_drained, ctx, &gen);
 		if (n < 0) {
 			/* Nothing was taken: all we can do is forget everything. */
-			ucs_error("mrnotify: draining %s failed: %s; invalidating every cached registration",
+			ucs_error("mrnotify: draining %s failed: %s; invalidating every watched registration",
 				  MRN_DEVICE_PATH, strerror((int)-n));
-			ucm_vm_munmap(NULL, MRN_UCX_ALL_LEN);
+			mrn_ucx_forget_all();
 			gen = __atomic_load_n(mrn_ucx.generation, __ATOMIC_ACQUIRE);
 		}
 		mrn_ucx.stats.drains++;
@@ -288,14 +308,14 @@ static void __attribute__((noinline)) mrn_ucx_drain(mrn_ucx_drain_ctx_t *ctx)
 	pthread_mutex_unlock(&mrn_ucx.lock);
 }
 
-/* The hit path: one load and compare. */
-static inline void mrn_ucx_check(void)
+/* The generation moved: drain, then look up. Out of line, so that the hit
+ * path below needs no stack frame and ends in a jump to UCX's function. */
+static ucs_status_t __attribute__((noinline))
+mrn_ucx_get_after_drain(ucs_rcache_t *rcache, void *address, size_t length, int prot, void *arg,
+			ucs_rcache_region_t **region_p)
 {
-	if (mrn_ucx.count_checks)
-		mrn_ucx_count(&mrn_ucx.stats.checks, 1);
-	if (MRN_UCX_UNLIKELY(__atomic_load_n(mrn_ucx.generation, __ATOMIC_ACQUIRE) !=
-			     __atomic_load_n(&mrn_ucx.seen, __ATOMIC_RELAXED)))
-		mrn_ucx_drain(NULL);
+	mrn_ucx_drain(NULL);
+	return mrn_ucx.real_get(rcache, address, length, prot, arg, region_p);
 }
 
 /*
@@ -362,7 +382,7 @@ static ucs_status_t mrn_ucx_mem_reg(void *context, ucs_rcache_t *rcache, void *a
 	 */
 	pthread_mutex_lock(&mrn_ucx.lock);
 	if (mrn_ucx.watch != NULL) {
-		const uint32_t slot = mrn_ucx_slot_alloc(0);
+		const uint32_t slot = mrn_ucx_slot_alloc(start, len);
 
 		err = -ENOMEM;
 		if (slot != 0)
@@ -456,10 +476,17 @@ static const ucs_rcache_ops_t mrn_ucx_ops = {
 
 /* ---- the interposed UCX functions ---------------------------------------- */
 
+/* Every lookup of every cache in UCX 1.13: the check is one load and compare. */
 MRN_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
 					   int prot, void *arg, ucs_rcache_region_t **region_p)
 {
-	mrn_ucx_check();
+	const volatile uint64_t *gen = __atomic_load_n(&mrn_ucx.generation, __ATOMIC_ACQUIRE);
+
+	if (MRN_UCX_UNLIKELY(mrn_ucx.count_checks))
+		mrn_ucx_count(&mrn_ucx.stats.checks, 1);
+	if (MRN_UCX_UNLIKELY(__atomic_load_n(gen, __ATOMIC_ACQUIRE) !=
+			     __atomic_load_n(&mrn_ucx.seen, __ATOMIC_RELAXED)))
+		return mrn_ucx_get_after_drain(rcache, address, length, prot, arg, region_p);
 	return mrn_ucx.real_get(rcache, address, length, prot, arg, region_p);
 }
 
@@ -555,11 +582,9 @@ static void mrn_ucx_atfork_child(void)
 	pthread_mutex_init(&mrn_ucx.lock, NULL);
 	mrn_ucx.watch = NULL; /* the parent's; not ours to close */
 	mrn_ucx.epoch++;
-	mrn_ucx.nslots = mrn_ucx.slot_cap ? 1 : 0;
-	mrn_ucx.free_slot = 0;
 	mrn_ucx.child_reopen = 1;
 	__atomic_store_n(&mrn_ucx.seen, 0, __ATOMIC_RELAXED);
-	mrn_ucx.generation = &mrn_ucx_forked;
+	__atomic_store_n(&mrn_ucx.generation, &mrn_ucx_forked, __ATOMIC_RELEASE);
 }
 
 /* Lock held. */
@@ -570,20 +595,27 @@ static void mrn_ucx_child_reopen(void)
 	mrn_ucx.child_reopen = 0;
 	rc = mrn_watch_open(MRN_MONITOR_KERNEL, &mrn_ucx.watch);
 	if (rc == 0) {
-		mrn_ucx.generation = mrn_watch_generation(mrn_ucx.watch);
-		__atomic_store_n(&mrn_ucx.seen,
-				 __atomic_load_n(mrn_ucx.generation, __ATOMIC_ACQUIRE),
+		const volatile uint64_t *gen = mrn_watch_generation(mrn_ucx.watch);
+
+		__atomic_store_n(&mrn_ucx.seen, __atomic_load_n(gen, __ATOMIC_ACQUIRE),
 				 __ATOMIC_RELAXED);
+		__atomic_store_n(&mrn_ucx.generation, gen, __ATOMIC_RELEASE);
 	} else {
 		/* New regions then stay out of the caches (see mem_reg). */
 		mrn_ucx.watch = NULL;
-		mrn_ucx.generation = &mrn_ucx_still;
 		__atomic_store_n(&mrn_ucx.seen, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&mrn_ucx.generation, &mrn_ucx_still, __ATOMIC_RELEASE);
 		ucs_warn("mrnotify: forked child cannot open %s (%s); registrations will not be cached",
 			 MRN_DEVICE_PATH, strerror(-rc));
 	}
-	/* Regions inherited from the parent were watched by the parent's context. */
-	ucm_vm_munmap(NULL, MRN_UCX_ALL_LEN);
+	/*
+	 * Regions inherited from the parent were watched by the parent's
+	 * context, which will not tell us about them: out of every cache,
+	 * and their slots (the parent's numbering) are forgotten.
+	 */
+	mrn_ucx_forget_all();
+	mrn_ucx.nslots = mrn_ucx.slot_cap ? 1 : 0;
+	mrn_ucx.free_slot = 0;
 }
 
 static const char *mrn_ucx_enable_name(int v)

@@ -13,11 +13,12 @@
  * registration can never reuse its address.
  *
  * Usage: ucx_stale --api=ucp|uct --unmap=libc|raw --expect=fresh|stale|uncached
- *                  [--declare-external] [--pages=N] [--md=NAME]
+ *                  [--declare-external] [--pages=N] [--md=NAME] [--fork]
  *   --unmap=raw        munmap and mmap with syscall(), which no hook sees
  *   --declare-external tell UCM that VM_UNMAPPED events come from elsewhere
  *                      and never send one: a cache that is never told
  *   --md=NAME          UCT memory domain (default: the first of component ib)
+ *   --fork             run the whole check in a forked child, then in the parent
  * Prints one "ucx_stale: ... result: ..." line. Exit status: 0 when the
  * result is the one expected, 1 when not, 77 when it cannot be told (not
  * root: no real page frames; --api=uct without an IB device).
@@ -36,12 +37,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SKIP 77
 
 static const char *api = "ucp", *unmap_how = "libc", *expect = NULL, *md_want = NULL;
-static int declare_external;
+static int declare_external, forked;
 static size_t npages = 4;
 
 static void die(const char *what, const char *detail)
@@ -184,6 +186,8 @@ static void remap(char *p, size_t len)
 	memset(p, 0x22, len);
 }
 
+static int scenario(void);
+
 static int report(const char *result, const char *detail)
 {
 	const int ok = !strcmp(result, expect);
@@ -211,6 +215,8 @@ int main(int argc, char **argv)
 			md_want = a + 5;
 		else if (!strcmp(a, "--declare-external"))
 			declare_external = 1;
+		else if (!strcmp(a, "--fork"))
+			forked = 1;
 		else
 			die("unknown argument", a);
 	}
@@ -219,12 +225,43 @@ int main(int argc, char **argv)
 	    (strcmp(expect, "fresh") && strcmp(expect, "stale") && strcmp(expect, "uncached")) ||
 	    npages == 0)
 		die("usage", "ucx_stale --api=ucp|uct --unmap=libc|raw --expect=fresh|stale|uncached "
-			     "[--declare-external] [--pages=N] [--md=NAME]");
+			     "[--declare-external] [--pages=N] [--md=NAME] [--fork]");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!mrn_oracle_available()) {
 		printf("ucx_stale: /proc/self/pagemap shows no page frames (not root?); skipped\n");
 		return SKIP;
 	}
+	if (!forked)
+		return scenario();
+
+	/*
+	 * A child forked after the plugin opened the device (at load) but
+	 * before UCX was used: the status page is not inherited, so the
+	 * plugin must open its own context there. Then the parent, whose
+	 * context the fork must not have disturbed.
+	 */
+	fflush(stdout);
+	const pid_t pid = fork();
+	int status;
+
+	if (pid < 0)
+		die("fork", strerror(errno));
+	if (pid == 0) {
+		printf("ucx_stale: in a forked child:\n");
+		exit(scenario());
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		die("waitpid", strerror(errno));
+	printf("ucx_stale: in the parent, after the fork:\n");
+	const int rc = scenario();
+
+	if (!WIFEXITED(status))
+		return 1;
+	return WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : rc;
+}
+
+static int scenario(void)
+{
 	/* Must precede the caches' creation, as a real external source's would. */
 	if (declare_external)
 		ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);

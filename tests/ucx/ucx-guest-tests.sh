@@ -1,0 +1,188 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# The UCX plugin's tests, run in the guest with mrnotify.ko loaded (and rxe0
+# for the RDMA cases). Each case runs a test program under the configuration
+# it needs: with the plugin (through mrnotify-ucx-run), with UCX's own hooks,
+# or "blind" (UCM told that unmap events come from elsewhere, and none come),
+# which shows the failure each check catches. Output follows GoogleTest's
+# summary format so that tools/test-summary.sh counts the cases.
+#
+# Usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR
+#                           [--bin DIR] [--list] GROUP|CASE...
+# Groups: cache xfer mpi bench (bench: figures, not pass/fail).
+# A case passes when its program exits 0 (it checks its own expectation) and,
+# with the plugin, when the plugin's statistics show it active and, where
+# the case needs it, that ranges the kernel reported were invalidated.
+set -u
+
+plugin= run= libdir= bin=$PWD/ucx list=no
+while [ $# -gt 0 ]; do
+	case $1 in
+	--plugin) plugin=$2; shift ;;
+	--run) run=$2; shift ;;
+	--libdir) libdir=$2; shift ;;
+	--bin) bin=$2; shift ;;
+	--list) list=yes ;;
+	-*) echo "ucx-guest-tests.sh: unknown option $1" >&2; exit 2 ;;
+	*) break ;;
+	esac
+	shift
+done
+if [ $list = no ] && { [ -z "$plugin" ] || [ -z "$run" ] || [ -z "$libdir" ] || [ $# -eq 0 ]; }; then
+	echo "usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR [--bin DIR] GROUP|CASE..." >&2
+	exit 2
+fi
+export MRNOTIFY_UCX_PLUGIN=$plugin
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+ulimit -l unlimited 2>/dev/null
+
+STALE=$bin/ucx_stale
+XFER=$bin/ucx_xfer
+MPI=$bin/ucx_mpi_remap
+BENCH=$bin/ucx_rcache_bench
+PLUGIN="$run --enable=yes --stats"
+# UCM's hooks off and no plugin: caches exist only if something declares
+# the event external.
+NOHOOKS="env UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n"
+# UCX over Soft-RoCE: UD (the wireup transport for RC) must not check the
+# destination GID, because rxe does not report the RoCE v2 packet type in
+# the completion's sl field and UCX then reads an IPv4 packet's header as a
+# GID and drops every packet (docs/ucx.md).
+RXE="env UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_VERBS_ETH_DGID_CHECK=n"
+TCP="env UCX_TLS=tcp,self UCX_PROTO_ENABLE=y"
+SHM="env UCX_TLS=posix,cma,self UCX_PROTO_ENABLE=y"
+
+have_rxe() { [ -e /sys/class/infiniband/rxe0 ]; }
+have_mpi() { command -v mpirun >/dev/null 2>&1 && [ -x "$MPI" ]; }
+
+# case NAME NEEDS CHECK COMMAND...
+#   NEEDS: - | rxe | mpi
+#   CHECK: - (exit status only) | plugin (active) | ranges (active and
+#          invalidated a range) | ranges2 (two processes did)
+ALL_CASES="
+cache.ucp_plugin_libc|-|ranges|$PLUGIN $STALE --api=ucp --unmap=libc --expect=fresh
+cache.ucp_plugin_raw_syscalls|-|ranges|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh
+cache.ucp_blind_shows_stale_hit|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=stale --declare-external
+cache.ucp_no_hooks_no_plugin_is_uncached|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=uncached
+cache.ucp_plugin_forked_child|-|ranges2|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh --fork
+cache.ib_plugin_raw_syscalls|rxe|ranges|$PLUGIN $STALE --api=uct --unmap=raw --expect=fresh
+cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale
+cache.ib_ucx_hooks_and_plugin_raw_syscalls|rxe|ranges|$run --enable=yes --stats --keep-hooks $STALE --api=uct --unmap=raw --expect=fresh
+xfer.rc_put_dst_blind_corrupts|rxe|-|$RXE $NOHOOKS $XFER --op=put --remap=dst --expect=corrupt --declare-external
+xfer.rc_put_dst_plugin|rxe|ranges|$RXE $PLUGIN $XFER --op=put --remap=dst --expect=correct
+xfer.rc_tag_both_raw_blind_corrupts|rxe|-|$RXE $NOHOOKS $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=corrupt --declare-external
+xfer.rc_tag_both_raw_plugin|rxe|ranges|$RXE $PLUGIN $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
+xfer.tcp_put_dst_raw_plugin|-|ranges|$TCP $PLUGIN $XFER --op=put --remap=dst --unmap=raw --expect=correct
+xfer.tcp_tag_both_raw_plugin|-|ranges|$TCP $PLUGIN $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
+xfer.shm_tag_both_raw_plugin|-|ranges|$SHM $PLUGIN $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
+mpi.pml_ucx_rc_plugin|mpi|ranges2|mpirun --allow-run-as-root -np 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_NET_DEVICES=rxe0:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x LD_LIBRARY_PATH -x MRNOTIFY_UCX_PLUGIN $PLUGIN $MPI --expect=correct
+bench.rcache_hit|-|-|$run --enable=yes $BENCH --regions=1,1024,65536
+"
+
+if [ $list = yes ]; then
+	echo "$ALL_CASES" | sed -n 's/^\([^|]*\)|.*/\1/p'
+	exit 0
+fi
+
+selected=
+for want in "$@"; do
+	found=no
+	for name in $(echo "$ALL_CASES" | sed -n 's/^\([^|]*\)|.*/\1/p'); do
+		case $name in
+		"$want"|"$want".*) selected="$selected $name"; found=yes ;;
+		esac
+	done
+	[ $found = yes ] || { echo "ucx-guest-tests.sh: no case or group '$want'" >&2; exit 2; }
+done
+
+# The plugin's statistics lines (printed at exit) satisfy CHECK?
+stats_ok() {
+	check=$1 out=$2
+	[ "$check" = - ] && return 0
+	active=$(grep -c '^libmrnotify-ucx: pid [0-9]*: active,' "$out")
+	inactive=$(grep -c '^libmrnotify-ucx: pid [0-9]*: inactive,' "$out")
+	ranged=$(sed -n 's/^libmrnotify-ucx: pid [0-9]*: active, .* ranges invalidated \([0-9]*\),.*/\1/p' "$out" |
+		awk '$1 > 0' | wc -l)
+	if [ "$active" -eq 0 ] || [ "$inactive" -ne 0 ]; then
+		echo "the plugin was not active in every process ($active active, $inactive inactive)"
+		return 1
+	fi
+	case $check in
+	ranges) need=1 ;;
+	ranges2) need=2 ;;
+	*) need=0 ;;
+	esac
+	if [ "$ranged" -lt $need ]; then
+		echo "expected $need process(es) whose plugin invalidated a range the kernel reported, saw $ranged"
+		return 1
+	fi
+	return 0
+}
+
+n=0
+for name in $selected; do n=$((n + 1)); done
+echo "[==========] Running $n tests from ucx-guest-tests.sh."
+passed=0 failed_list= skipped_list=
+tmp=$(mktemp)
+for name in $selected; do
+	line=$(echo "$ALL_CASES" | grep "^$name|")
+	needs=$(echo "$line" | cut -d'|' -f2)
+	check=$(echo "$line" | cut -d'|' -f3)
+	cmd=$(echo "$line" | cut -d'|' -f4-)
+	echo "[ RUN      ] $name"
+	if [ "$needs" = rxe ] && ! have_rxe; then
+		echo "no rxe0 (run the guest with --rxe)"
+		echo "[  SKIPPED ] $name"
+		skipped_list="$skipped_list $name"
+		continue
+	fi
+	if [ "$needs" = mpi ] && { ! have_mpi || ! have_rxe; }; then
+		echo "no mpirun, $MPI or rxe0"
+		echo "[  SKIPPED ] $name"
+		skipped_list="$skipped_list $name"
+		continue
+	fi
+	# Open MPI's launcher refuses the guest's host name, "(none)".
+	if [ "$needs" = mpi ] && [ "$(hostname)" = "(none)" ]; then
+		hostname localhost
+	fi
+	echo "\$ $cmd"
+	start=$(date +%s)
+	# shellcheck disable=SC2086
+	timeout 240 $cmd >"$tmp" 2>&1
+	rc=$?
+	grep -v '^#' "$tmp"
+	why=
+	if [ $rc -ne 0 ]; then
+		why="exit status $rc"
+	elif ! why=$(stats_ok "$check" "$tmp"); then
+		:
+	else
+		why=
+	fi
+	if [ -z "$why" ]; then
+		echo "[       OK ] $name ($(( $(date +%s) - start )) s)"
+		passed=$((passed + 1))
+	else
+		echo "FAILED: $why"
+		echo "[  FAILED  ] $name ($(( $(date +%s) - start )) s)"
+		failed_list="$failed_list $name"
+	fi
+done
+rm -f "$tmp"
+nf=0
+for x in $failed_list; do nf=$((nf + 1)); done
+ns=0
+for x in $skipped_list; do ns=$((ns + 1)); done
+echo "[==========] $n tests from ucx-guest-tests.sh ran."
+echo "[  PASSED  ] $passed tests."
+if [ $ns -gt 0 ]; then
+	echo "[  SKIPPED ] $ns tests, listed below:"
+	for x in $skipped_list; do echo "[  SKIPPED ] $x"; done
+fi
+if [ $nf -gt 0 ]; then
+	echo "[  FAILED  ] $nf tests, listed below:"
+	for x in $failed_list; do echo "[  FAILED  ] $x"; done
+	exit 1
+fi
+exit 0

@@ -1,0 +1,90 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# Host tests of libmrnotify-ucx and mrnotify-ucx-run that need no kernel
+# module: the settings in UCX's configuration listing, no "unused variable"
+# warning for them, what UCX_MRNOTIFY_ENABLE does when /dev/mrnotify is
+# missing, and the wrapper's choices. Run by make check from tests/ (paths
+# relative to the build tree), or with BUILDDIR=<top build dir>.
+set -u
+
+top=${BUILDDIR:-$(cd .. && pwd)}
+plugin=$top/ucx-plugin/.libs/libmrnotify-ucx.so
+run=$top/ucx-plugin/mrnotify-ucx-run
+export LD_LIBRARY_PATH=$top/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MRNOTIFY_UCX_PLUGIN=$plugin
+if [ ! -r "$plugin" ] || [ ! -x "$run" ] || ! command -v ucx_info >/dev/null; then
+	echo "ucx-host-tests: needs $plugin, $run and ucx_info; skipped"
+	exit 77
+fi
+unset UCX_MRNOTIFY_ENABLE UCX_MRNOTIFY_STATS LD_PRELOAD
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "PASS: $1"; }
+ko() { fail=$((fail + 1)); echo "FAIL: $1"; sed 's/^/    | /' "$tmp/out" | head -20; }
+# expect NAME STATUS COMMAND...: the command's exit status is STATUS.
+expect() {
+	name=$1 want=$2
+	shift 2
+	"$@" >"$tmp/out" 2>&1
+	got=$?
+	if [ "$got" = "$want" ]; then ok "$name"; else echo "(exit status $got, expected $want)" >>"$tmp/out"; ko "$name"; fi
+}
+has() { grep -q -- "$1" "$tmp/out"; }
+
+# The settings are in UCX's configuration listing, with their defaults.
+LD_PRELOAD=$plugin ucx_info -c >"$tmp/out" 2>&1
+if has '^UCX_MRNOTIFY_ENABLE=try$' && has '^UCX_MRNOTIFY_STATS=n$'; then ok "ucx_info -c lists the settings"
+else ko "ucx_info -c lists the settings"; fi
+ucx_info -c >"$tmp/out" 2>&1
+if ! has MRNOTIFY; then ok "ucx_info -c without the plugin does not"
+else ko "ucx_info -c without the plugin does not"; fi
+
+# UCX warns about UCX_* variables no configuration table claims; ours are
+# claimed (ucx_info -e creates a UCP context, which warns).
+w="UCX_WARN_UNUSED_ENV_VARS=y UCX_MRNOTIFY_ENABLE=try UCX_MRNOTIFY_STATS=n"
+env $w LD_PRELOAD=$plugin ucx_info -e -u t >"$tmp/out" 2>&1
+if ! has 'unused env variable'; then ok "no unused-variable warning with the plugin"
+else ko "no unused-variable warning with the plugin"; fi
+env $w ucx_info -e -u t >"$tmp/out" 2>&1
+if has 'unused env variable.*UCX_MRNOTIFY'; then ok "the warning without the plugin (what it silences)"
+else ko "the warning without the plugin (what it silences)"; fi
+env $w UCX_MRNOTIFY_ENABLED=y LD_PRELOAD=$plugin ucx_info -e -u t >"$tmp/out" 2>&1
+if has 'unused env variable.*UCX_MRNOTIFY_ENABLED'; then ok "a misspelt setting is still reported"
+else ko "a misspelt setting is still reported"; fi
+
+expect "a bad UCX_MRNOTIFY_ENABLE value stops the process" 1 \
+	env UCX_MRNOTIFY_ENABLE=perhaps LD_PRELOAD=$plugin ucx_info -v
+
+if [ -e /dev/mrnotify ]; then
+	echo "SKIP: /dev/mrnotify exists here: the missing-device cases need a host without it"
+else
+	expect "ENABLE=yes without the device fails" 1 env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ucx_info -v
+	if has 'UCX_MRNOTIFY_ENABLE=yes, but /dev/mrnotify is missing'; then ok "... and says why"
+	else ko "... and says why"; fi
+	expect "ENABLE=try without the device runs" 0 \
+		env UCX_MRNOTIFY_ENABLE=try UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -v
+	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): /dev/mrnotify is missing'; then ok "... and says so at diag level"
+	else ko "... and says so at diag level"; fi
+	expect "ENABLE=no runs" 0 env UCX_MRNOTIFY_ENABLE=no UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -v
+	if ! has mrnotify; then ok "... and says nothing"; else ko "... and says nothing"; fi
+	expect "statistics at exit when asked" 0 \
+		env UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -v
+	if has '^libmrnotify-ucx: pid [0-9]*: inactive, checks 0, drains 0'; then ok "... inactive, with counters"
+	else ko "... inactive, with counters"; fi
+
+	# The wrapper: try leaves the program as it is (UCX keeps its hooks).
+	expect "mrnotify-ucx-run --enable=try without the device runs the program unchanged" 0 \
+		sh -c "$run --enable=try sh -c 'test -z \"\${LD_PRELOAD:-}\" && test -z \"\${UCX_MEM_MMAP_HOOK_MODE:-}\"'"
+	expect "mrnotify-ucx-run --enable=yes without the device refuses" 1 "$run" --enable=yes true
+	if has '/dev/mrnotify is not usable'; then ok "... and says why"; else ko "... and says why"; fi
+fi
+expect "mrnotify-ucx-run --enable=no runs the program" 0 "$run" --enable=no true
+expect "mrnotify-ucx-run rejects a bad --enable" 2 "$run" --enable=perhaps true
+expect "mrnotify-ucx-run --help" 0 "$run" --help
+expect "mrnotify-ucx-run without a program" 2 "$run"
+
+echo "ucx-host-tests: $pass passed, $fail failed"
+[ $fail -eq 0 ]
