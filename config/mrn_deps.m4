@@ -42,6 +42,18 @@ AC_DEFUN([MRN_CHECK_OMPI], [
   ])
   AC_SUBST([OMPI_CPPFLAGS])
   AM_CONDITIONAL([MRN_WITH_OMPI], [test "x$MRN_WITH_OMPI" = xyes])
+
+  # Where libopen-pal lives, and where Open MPI looks for components.
+  OMPI_LIBDIR=
+  AS_IF([test "x$MRN_WITH_OMPI" = xyes && test -n "$MPICC"],
+    [OMPI_LIBDIR=`$MPICC --showme:libdirs 2>/dev/null | awk '{print $[1]}'`])
+  AC_SUBST([OMPI_LIBDIR])
+  AC_ARG_WITH([ompi-component-dir],
+    [AS_HELP_STRING([--with-ompi-component-dir=DIR], [where make install puts mca_rcache_mrnotify.so (default: Open MPI's own, from ompi_info --path pkglibdir)])],
+    [ompicomponentdir=$with_ompi_component_dir],
+    [ompicomponentdir=`ompi_info --path pkglibdir 2>/dev/null | sed -n 's/^ *Pkglibdir: *//p'`
+     AS_IF([test -z "$ompicomponentdir"], [ompicomponentdir="$OMPI_LIBDIR/openmpi3"])])
+  AC_SUBST([ompicomponentdir])
 ])
 
 # MRN_CHECK_PKG(VAR, module, what to install)
