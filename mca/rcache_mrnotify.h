@@ -34,6 +34,9 @@
 /* The loader finds the component by this symbol: mca_rcache_<name>_component. */
 #define mca_rcache_mrnotify_component MRN_PASTE(mca_rcache_, MRN_RCACHE_NAME, _component)
 #define MRN_RCACHE_NAME_STR MRN_STR(MRN_RCACHE_NAME)
+#define MRN_IS_SHADOW_ (sizeof(MRN_RCACHE_NAME_STR) == sizeof("grdma"))
+/* How messages name this component: "rcache mrnotify" or "rcache grdma (mrnotify)". */
+#define MRN_LOG_PREFIX (MRN_IS_SHADOW_ ? "rcache " MRN_RCACHE_NAME_STR " (mrnotify)" : "rcache mrnotify")
 
 BEGIN_C_DECLS
 

@@ -70,8 +70,7 @@ void mrn_log(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	opal_output(0, "%s rcache " MRN_RCACHE_NAME_STR " (mrnotify): %s",
-		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), buf);
+	opal_output(0, "%s %s: %s", OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, buf);
 }
 
 /* Errors are printed whatever the verbosity. */
@@ -330,10 +329,10 @@ static void print_stats(mrn_shared_cache_t *s)
 
 	if (mrn_cache_stats(s->cache, &st, sizeof(st)) < 0)
 		return;
-	opal_output(0, "%s rcache " MRN_RCACHE_NAME_STR " (mrnotify): stats cache=%s monitor=%s leave_pinned=%d "
+	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d "
 		    "hits=%llu misses=%llu upgrades=%llu evictions=%llu invalidations=%llu drains=%llu "
 		    "retries=%llu failures=%llu entries=%llu pinned_bytes=%llu uncached=%llu hook_ranges=%llu",
-		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), s->name, mode_name(s), (int)s->keep_idle,
+		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s), (int)s->keep_idle,
 		    (unsigned long long)st.hits, (unsigned long long)st.misses,
 		    (unsigned long long)st.access_upgrades, (unsigned long long)st.evictions,
 		    (unsigned long long)st.invalidations, (unsigned long long)st.drains,

@@ -1,0 +1,82 @@
+# Sourced by the tests of the Open MPI component (tests/mca/*.test).
+#
+# From make check: MCA_BUILDDIR (the built mca/), MCA_TESTDIR (these test
+# programs) and MCA_SRCDIR are set. To test an installed component instead,
+# set MRN_COMPONENT_DIR and MRN_SHADOW_DIR to the installed directories.
+
+set -u
+: "${MCA_BUILDDIR:?run through make check, or set MCA_BUILDDIR}"
+: "${MCA_TESTDIR:=.}"
+COMPONENT_DIR=${MRN_COMPONENT_DIR:-$MCA_BUILDDIR/components/.libs}
+SHADOW_DIR=${MRN_SHADOW_DIR:-$MCA_BUILDDIR/grdma-shadow/.libs}
+API_TEST=$MCA_TESTDIR/rcache_api_test
+MPI_TEST=$MCA_TESTDIR/mpi_rcache_test
+OUT=${TMPDIR:-/tmp}/mca-test.$$
+trap 'rm -f "$OUT"' EXIT
+
+# Our settings only: nothing from the caller's environment leaks in.
+unset MRNOTIFY_MONITOR MRNOTIFY_LEAVE_PINNED MRNOTIFY_MAX_PINNED MRNOTIFY_MAX_ENTRIES \
+	MRNOTIFY_FORK MRNOTIFY_VERBOSE MRNOTIFY_STATS
+for v in $(env | sed -n 's/^\(OMPI_MCA_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+
+fails=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+finish() {
+	if [ "$fails" -ne 0 ]; then
+		echo "$fails check(s) failed"
+		exit 1
+	fi
+	exit 0
+}
+
+# The rcache API test with the mrnotify component found next to Open MPI's own.
+api() {
+	OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$COMPONENT_DIR" "$API_TEST" "$@"
+}
+
+# mpirun over ob1 + btl/ofi (libfabric's sockets provider: no RDMA device
+# needed), with our cache in place of grdma: the grdma-named build comes
+# first in the component path.
+NP=2
+mpirun_ofi() {
+	root=
+	[ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
+	timeout 600 mpirun $root --oversubscribe -np "$NP" \
+		--mca pml ob1 --mca btl self,ofi --mca btl_ofi_mode 2 \
+		--mca btl_ofi_provider_include sockets --mca btl_ofi_provider_exclude '' \
+		--mca osc rdma \
+		--mca mca_base_component_path "$SHADOW_DIR:SYS_DEFAULT" \
+		--mca rcache_grdma_print_stats 1 "$@"
+}
+
+# The statistics lines our cache printed at MPI_Finalize, one per rank.
+stats() { grep 'rcache grdma (mrnotify): stats ' "$OUT"; }
+# stat_field NAME: that field of each statistics line, one per line.
+stat_field() { stats | sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+
+# check_job DESC: every rank said ok and printed its cache's statistics.
+check_job() {
+	oks=$(grep -c '^mpi_rcache_test: rank [0-9]* ok' "$OUT")
+	nstats=$(stats | wc -l)
+	if [ "$oks" -eq "$NP" ] && [ "$nstats" -eq "$NP" ]; then
+		pass "$1: $NP ranks ok, $nstats caches reported"
+		return 0
+	fi
+	fail "$1: $oks of $NP ranks ok, $nstats statistics lines"
+	tail -n 30 "$OUT"
+	return 1
+}
+
+# each_field NAME TEST VALUE DESC: the field satisfies [ x TEST VALUE ] on every rank.
+each_field() {
+	vals=$(stat_field "$1" | tr '\n' ' ')
+	for x in $vals; do
+		if ! [ "$x" "$2" "$3" ]; then
+			fail "$4: $1 = $vals"
+			return 1
+		fi
+	done
+	[ -n "$vals" ] || { fail "$4: no $1 reported"; return 1; }
+	pass "$4: $1 = $vals"
+}
