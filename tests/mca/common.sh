@@ -42,7 +42,7 @@ NP=2
 mpirun_ofi() {
 	root=
 	[ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
-	timeout 600 mpirun $root --oversubscribe -np "$NP" \
+	timeout "${MCA_TEST_TIMEOUT:-600}" mpirun $root --oversubscribe -np "$NP" \
 		--mca pml ob1 --mca btl self,ofi --mca btl_ofi_mode 2 \
 		--mca btl_ofi_provider_include sockets --mca btl_ofi_provider_exclude '' \
 		--mca osc rdma \

@@ -3,8 +3,8 @@
  * An MPI job that drives a transport's registration cache: point-to-point
  * messages of many sizes around a ring (buffers reused, so a leave-pinned
  * cache hits, and buffers unmapped and mapped again, so it must notice),
- * one-sided put/get/accumulate (osc rdma), a fork while registrations are
- * cached, and several threads at once (MPI_THREAD_MULTIPLE). Every byte
+ * one-sided put/get/accumulate (osc rdma), system() and fork() while
+ * registrations are cached, and several threads at once (MPI_THREAD_MULTIPLE). Every byte
  * received is checked.
  *
  * Usage: mpi_rcache_test [--iters N] [--no-p2p] [--no-remap] [--no-osc]
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int rank, nranks;
@@ -217,10 +218,32 @@ int main(int argc, char **argv)
 	if (do_p2p)
 		p2p_reuse(1, MPI_COMM_WORLD);
 	if (do_fork) {
-		/* Registrations are cached now (leave pinned); fork and exec. */
+		/*
+		 * Registrations are cached now (leave pinned). system() (which
+		 * glibc runs with posix_spawn, no fork handlers), then a real
+		 * fork() whose child exits at once and one that execs: the
+		 * atfork handlers of the cache run, and the parent's cached
+		 * registrations must keep working.
+		 */
+		int status;
+		pid_t pid;
+
 		if (system("true") != 0) {
 			fprintf(stderr, "mpi_rcache_test: rank %d: system() failed\n", rank);
 			MPI_Abort(MPI_COMM_WORLD, 5);
+		}
+		for (int how = 0; how < 2; how++) {
+			pid = fork();
+			if (pid == 0) {
+				if (how)
+					execl("/bin/true", "true", (char *)NULL);
+				_exit(0);
+			}
+			if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+			    WEXITSTATUS(status) != 0) {
+				fprintf(stderr, "mpi_rcache_test: rank %d: fork %d failed\n", rank, how);
+				MPI_Abort(MPI_COMM_WORLD, 5);
+			}
 		}
 		p2p_reuse(3, MPI_COMM_WORLD);
 	}

@@ -430,11 +430,15 @@ static void t_sharing(void)
 	int rc;
 
 	m1 = create("mrnotify", name, &c);
-	/* Transports free their name right after create (btl/ofi, btl/uct). */
+	/*
+	 * Transports free their name right after create (btl/ofi, btl/uct).
+	 * Overwritten, and freed only later, so that a kept pointer cannot
+	 * find the same text again in reused memory.
+	 */
 	memset(name, 'X', strlen(name));
-	free(name);
 	m2 = create("mrnotify", name2, &c);
 	m3 = create("mrnotify", name2, &other);
+	free(name);
 	free(name2);
 	CHECK(T, m1 && m2 && m3 && m1 != m2, "cannot create the modules");
 	a = reg_get(m1, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
