@@ -53,6 +53,7 @@ typedef struct mrn_rcache_component {
 	char *fork_policy;
 	bool print_stats;
 	int verbose;
+	char *usage;
 
 	/* Their indices, to tell values set by the user from defaults. */
 	int var_monitor, var_max_pinned, var_max_entries, var_fork;

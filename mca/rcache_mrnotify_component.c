@@ -24,6 +24,12 @@
 #define MRN_COMPONENT_MINOR 1
 #define MRN_COMPONENT_RELEASE 0
 
+#ifndef MRN_SHADOW_DIR
+#define MRN_SHADOW_DIR "<libdir>/mrnotify/grdma-shadow"
+#endif
+#define MRN_USAGE "--mca btl_openib_rcache mrnotify, or --mca mca_base_component_path " MRN_SHADOW_DIR ":SYS_DEFAULT"
+#define MRN_USAGE_SHADOW "--mca mca_base_component_path " MRN_SHADOW_DIR ":SYS_DEFAULT"
+
 static int mrn_component_register(void);
 static int mrn_component_open(void);
 static int mrn_component_close(void);
@@ -174,6 +180,23 @@ static int mrn_component_register(void)
 		"3 libmrnotify's debug messages",
 		MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
 		&C.verbose);
+	/* Not a setting: how to select this cache, shown by ompi_info. */
+	C.usage = MRN_IS_SHADOW_ ? MRN_USAGE_SHADOW : MRN_USAGE;
+	(void)mca_base_component_var_register(&C.super.rcache_version, "usage",
+		MRN_IS_SHADOW_ ?
+		"This is the mrnotify registration cache (libmrnotify) built under the name grdma, so that transports that "
+		"always ask for grdma (btl/ofi, btl/uct, vader with knem) use it. It takes grdma's place when its directory "
+		"comes before SYS_DEFAULT in mca_base_component_path; keep SYS_DEFAULT in the path. Transports that take a "
+		"cache name (btl_openib_rcache, btl_usnic_rcache) can instead name the component mrnotify, installed with "
+		"Open MPI's own components. Do not use --mca rcache alone: it only filters which components are opened"
+		:
+		"How to select this cache: transports that take a cache name use it with --mca btl_openib_rcache mrnotify "
+		"(or btl_usnic_rcache). Transports that always ask for grdma (btl/ofi, btl/uct, vader with knem) get it "
+		"from the grdma-named build: --mca mca_base_component_path " MRN_SHADOW_DIR ":SYS_DEFAULT (keep "
+		"SYS_DEFAULT). Do not use --mca rcache mrnotify alone: it only filters which components are opened, and "
+		"every transport asking for grdma then fails",
+		MCA_BASE_VAR_TYPE_STRING, NULL, 0, MCA_BASE_VAR_FLAG_DEFAULT_ONLY, OPAL_INFO_LVL_3,
+		MCA_BASE_VAR_SCOPE_CONSTANT, &C.usage);
 	check_params();
 	return OPAL_SUCCESS;
 }
