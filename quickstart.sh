@@ -77,7 +77,8 @@ run_tests() {
 	grep -E '^# (TOTAL|PASS|FAIL|ERROR)' distcheck.log | sed 's/^/distcheck /'
 	say "summary"
 	shopt -s nullglob
-	"$top/tools/test-summary.sh" tests/unit/*.log tests/guest-results/[0-9]*.out || status=1
+	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
+		tests/guest-results/[0-9]*.out || status=1
 	return $status
 }
 

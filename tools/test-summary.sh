@@ -14,6 +14,13 @@ for log in "$@"; do
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
 	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
 	if [ -z "$p" ] && [ -z "$f" ]; then
+		# A shell test's own "N passed, N failed" line.
+		plain=$(sed -n 's/^\([A-Za-z0-9_.-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2 \3/p' "$log" | tail -n 1)
+		if [ -n "$plain" ]; then
+			p=${plain% *} f=${plain#* }
+		fi
+	fi
+	if [ -z "$p" ] && [ -z "$f" ]; then
 		rc_file=${log%.out}.rc
 		if grep -q '^\[==========\] .* ran\.' "$log"; then
 			p=0
