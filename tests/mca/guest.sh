@@ -32,10 +32,22 @@ if [ "$(hostname)" = "(none)" ]; then
 	# so the kernel may move them (khugepaged collapsing huge pages,
 	# compaction), and the kernel monitor then rightly invalidates the
 	# registrations. Keep the pages where they are for the counts below.
-	echo never >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
-	echo never >/sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null
+	# Put back afterwards, for the guest tests that come after these.
+	thp=/sys/kernel/mm/transparent_hugepage
+	old_thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $thp/enabled 2>/dev/null)
+	old_defrag=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $thp/defrag 2>/dev/null)
+	old_compact=$(cat /proc/sys/vm/compaction_proactiveness 2>/dev/null)
+	restore_vm() {
+		[ -n "$old_thp" ] && echo "$old_thp" >$thp/enabled 2>/dev/null
+		[ -n "$old_defrag" ] && echo "$old_defrag" >$thp/defrag 2>/dev/null
+		[ -n "$old_compact" ] && echo "$old_compact" >/proc/sys/vm/compaction_proactiveness 2>/dev/null
+		return 0
+	}
+	echo never >$thp/enabled 2>/dev/null
+	echo never >$thp/defrag 2>/dev/null
 	echo 0 >/proc/sys/vm/compaction_proactiveness 2>/dev/null
 fi
+command -v restore_vm >/dev/null 2>&1 || restore_vm() { :; }
 
 run_api() {
 	OMPI_MCA_rcache_mrnotify_monitor=kernel api semantics replacement threads >"$OUT" 2>&1
@@ -90,8 +102,9 @@ for what in "$@"; do
 	case $what in
 	api) run_api ;;
 	mpi) run_mpi ;;
-	demo) run_demo; exit $? ;;
+	demo) run_demo; rc=$?; restore_vm; exit $rc ;;
 	*) echo "guest.sh: unknown: $what"; exit 2 ;;
 	esac
 done
+restore_vm
 finish
