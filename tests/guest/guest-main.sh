@@ -39,13 +39,21 @@ fi
 
 # Paths the commands need that a tmpfs above hides (a build tree in /tmp):
 # bind them back from the unmasked view of the host's root.
-for p in "$MRN_CWD" "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
-	[ -d "$p" ] || p=$(dirname "$p")
-	if [ ! -e "$p" ] && [ -e "/run/host$p" ]; then
+# Shortest paths first, so that a tree is bound before anything inside it;
+# a path is bound unless what is there already is the host's.
+same_as_host() {
+	[ -e "$1" ] && [ "$(stat -c %d:%i "$1")" = "$(stat -c %d:%i "/run/host$1")" ]
+}
+for p in "$MRN_CWD" "${MRN_BINDS[@]+"${MRN_BINDS[@]}"}" "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
+	[ -d "/run/host$p" ] || p=$(dirname "$p")
+	echo "${#p} $p"
+done | sort -n | cut -d' ' -f2- | while read -r p; do
+	if [ -e "/run/host$p" ] && ! same_as_host "$p"; then
 		mkdir -p "$p" && mount --bind "/run/host$p" "$p" ||
 			setup_fail "cannot make $p visible in the guest"
 	fi
 done
+[ -e $R/setup.err ] && exit 1
 
 for m in "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
 	name=$(basename "$m" .ko)

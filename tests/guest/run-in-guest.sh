@@ -36,6 +36,10 @@ Options:
                         parameters for the module named NAME (repeatable)
   --rxe                 load Soft-RoCE and create rxe0 on a virtio-net device
   --cwd DIR             working directory of the commands (default: \$PWD)
+  --bind DIR            make DIR visible in the guest even where the guest
+                        mounts a tmpfs (under /tmp, /root, /var/tmp); the
+                        working directory and the modules always are
+                        (repeatable)
   --env NAME=VALUE      export this variable to the commands (repeatable)
   --timeout SECONDS     kill the guest after this long (default: 900)
   --test-timeout SECONDS
@@ -66,6 +70,7 @@ module_params=()
 rxe=0
 cwd=$PWD
 envs=()
+binds=()
 timeout_s=900
 test_timeout_s=600
 memory=2048
@@ -82,6 +87,7 @@ while [ $# -gt 0 ]; do
 	--module-param) module_params+=("$2"); shift 2 ;;
 	--rxe) rxe=1; shift ;;
 	--cwd) cwd=$(readlink -f "$2"); shift 2 ;;
+	--bind) binds+=("$(readlink -f "$2")"); shift 2 ;;
 	--env) envs+=("$2"); shift 2 ;;
 	--timeout) timeout_s=$2; shift 2 ;;
 	--test-timeout) test_timeout_s=$2; shift 2 ;;
@@ -212,6 +218,9 @@ q() { printf '%q' "$1"; }
 	echo ' )'
 	printf 'MRN_MODULE_PARAMS=('
 	for m in "${module_params[@]+"${module_params[@]}"}"; do printf ' %s' "$(q "$m")"; done
+	echo ' )'
+	printf 'MRN_BINDS=('
+	for b in "${binds[@]+"${binds[@]}"}"; do printf ' %s' "$(q "$b")"; done
 	echo ' )'
 	printf 'MRN_ENV=('
 	for e in "${envs[@]+"${envs[@]}"}"; do printf ' %s' "$(q "$e")"; done
