@@ -332,6 +332,14 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
 		p->epoch = epoch_;
 		unindexed_.insert(p);
 		st_.misses++;
+		// Advise before watching: changing the VMA's flags can split a
+		// huge page mapping, which the kernel reports as a CLEAR of the
+		// range; done after the watch, it would invalidate this very
+		// registration every time.
+		if (fork_policy_ == MRN_FORK_DONTFORK &&
+		    madvise(reinterpret_cast<void *>(ps), pe - ps, MADV_DONTFORK) < 0)
+			log(1, "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s",
+			    name_.c_str(), ps, pe, strerror(errno));
 		// Watch first, pin second: an unmap that lands while we pin is
 		// then reported, and checked for below.
 		const int trc = monitor_->track(ps, pe, reinterpret_cast<uintptr_t>(p), &p->track_id);
@@ -340,6 +348,7 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
 		} else if (trc < 0) {
 			log(1, "cache %s: the monitor cannot watch [%#" PRIxPTR ", %#" PRIxPTR "): %s",
 			    name_.c_str(), ps, pe, strerror(-trc));
+			release_pages_locked(p);
 			unindexed_.erase(p);
 			pool_.release(p);
 			destroy_doomed(lk);
@@ -352,6 +361,8 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
 		lk.lock();
 		if (rc < 0) {
 			st_.reg_failures++;
+			if (p->epoch == epoch_)
+				release_pages_locked(p);
 			unindexed_.erase(p);
 			if (p->track_id)
 				monitor_->untrack(p->track_id);
@@ -366,10 +377,6 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
 			continue;
 		}
 		pinned_bytes_ += p->length();
-		if (fork_policy_ == MRN_FORK_DONTFORK &&
-		    madvise(reinterpret_cast<void *>(ps), pe - ps, MADV_DONTFORK) < 0)
-			log(1, "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s",
-			    name_.c_str(), ps, pe, strerror(errno));
 		// Validate: did the pages change while we pinned them?
 		sync_locked();
 		if (p->invalid.load(std::memory_order_relaxed)) {

@@ -393,6 +393,20 @@ TEST_F(CacheTest, DontforkIsCountedPerPage)
 	EXPECT_FALSE(dontfork(at(2)));
 }
 
+TEST_F(CacheTest, FailedRegistrationUndoesItsForkAdvice)
+{
+	make();
+	bool advised_while_registering = false;
+	regs.on_register = [&](const FakeReg &r) {
+		advised_while_registering = dontfork(reinterpret_cast<void *>(r.addr));
+		return -EFAULT;
+	};
+	Entry *e = nullptr;
+	EXPECT_EQ(-EFAULT, cache->get(at(30), page(), 1, &e));
+	EXPECT_TRUE(advised_while_registering) << "advice must come before the pin";
+	EXPECT_FALSE(dontfork(at(30)));
+}
+
 TEST_F(CacheTest, ForkPolicyNoneLeavesPagesForkable)
 {
 	Options o;
