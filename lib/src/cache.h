@@ -188,7 +188,6 @@ private:
 	uint8_t epoch_ = 0;
 	bool forked_ = false;
 	uint64_t pinned_bytes_ = 0;
-	uint64_t idle_hint_ = 0;
 	struct {
 		uint64_t misses = 0, upgrades = 0, evictions = 0, invalidations = 0;
 		uint64_t drains = 0, retries = 0, reg_failures = 0, hits_locked = 0;
