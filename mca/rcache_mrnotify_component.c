@@ -235,7 +235,7 @@ static const char *mode_name(const mrn_shared_cache_t *s)
 		return "kernel";
 	case MRN_MONITOR_UFFD:
 		return "uffd";
-	case MRN_MONITOR_TEST_NO_INVALIDATION:
+	case MRN_MONITOR_EXTERNAL:
 		return "none+hooks";
 	default:
 		return "none";
@@ -298,12 +298,11 @@ static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
 
 	/*
 	 * Monitor none with Open MPI's hooks active: the hooks report unmaps,
-	 * as they do for grdma, so idle registrations may be kept. The
-	 * library's test-only monitor is exactly "keep idle entries, hear of
-	 * unmaps only from the caller".
+	 * as they do for grdma, so idle registrations may be kept: the
+	 * library's external mode.
 	 */
 	if (cfg.monitor == MRN_MONITOR_NONE && want_idle && hooks_active())
-		cfg.monitor = MRN_MONITOR_TEST_NO_INVALIDATION;
+		cfg.monitor = MRN_MONITOR_EXTERNAL;
 
 	rc = mrn_cache_create(&cfg, &s->cache);
 	if (rc < 0) {
@@ -317,7 +316,7 @@ static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
 		/* auto found neither kernel nor uffd: fall back to the hooks. */
 		mrn_cache_destroy(s->cache);
 		s->cache = NULL;
-		cfg.monitor = MRN_MONITOR_TEST_NO_INVALIDATION;
+		cfg.monitor = MRN_MONITOR_EXTERNAL;
 		rc = mrn_cache_create(&cfg, &s->cache);
 		if (rc < 0) {
 			mrn_error("cache %s not created: %s", s->name, strerror(-rc));
@@ -325,7 +324,7 @@ static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
 		}
 		s->monitor = mrn_cache_monitor(s->cache);
 	}
-	s->hooks = s->monitor == MRN_MONITOR_NONE || s->monitor == MRN_MONITOR_TEST_NO_INVALIDATION;
+	s->hooks = s->monitor == MRN_MONITOR_NONE || s->monitor == MRN_MONITOR_EXTERNAL;
 	s->keep_idle = want_idle && s->monitor != MRN_MONITOR_NONE;
 	if (s->hooks) {
 		s->ring = calloc(1, sizeof(*s->ring));

@@ -22,6 +22,11 @@
  *   none    no monitor: idle entries are not kept (leave_pinned is off), so
  *           a registration lives only while it is in use. Invalidations can
  *           still be fed with mrn_invalidate_range().
+ *   external  no monitor of its own, but idle entries are kept: the caller
+ *           promises to report every unmap with mrn_invalidate_range() (for
+ *           instance from memory hooks it already has, as Open MPI's
+ *           patcher). As safe as those hooks, and no safer. Never chosen by
+ *           AUTO nor by the MRNOTIFY_MONITOR environment variable.
  * MRN_MONITOR_AUTO picks kernel, then uffd, then none, and says why at
  * verbose level 1.
  *
@@ -65,7 +70,8 @@ typedef enum mrn_monitor {
 	 * out stale registrations. Exists so that tests can show the failure
 	 * mrnotify prevents. Never chosen by AUTO or by the environment.
 	 */
-	MRN_MONITOR_TEST_NO_INVALIDATION
+	MRN_MONITOR_TEST_NO_INVALIDATION,
+	MRN_MONITOR_EXTERNAL
 } mrn_monitor_t;
 
 typedef enum mrn_fork_policy {

@@ -33,7 +33,7 @@ extern "C" int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **c
 	if (!config || !cache || config->size < sizeof(mrn_config))
 		return -EINVAL;
 	if (int(config->monitor) < MRN_MONITOR_AUTO ||
-	    int(config->monitor) > MRN_MONITOR_TEST_NO_INVALIDATION)
+	    int(config->monitor) > MRN_MONITOR_EXTERNAL)
 		return -EINVAL;
 	return guarded(
 		[&] {

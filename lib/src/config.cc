@@ -53,6 +53,9 @@ extern "C" int mrn_monitor_from_string(const char *s, mrn_monitor_t *out)
 		     {"kernel", MRN_MONITOR_KERNEL},
 		     {"uffd", MRN_MONITOR_UFFD},
 		     {"none", MRN_MONITOR_NONE}};
+	// `external` is not accepted here: it is only safe in a program that
+	// reports every unmap itself, which the program says in code, never a
+	// user through MRNOTIFY_MONITOR.
 	if (!s)
 		return -EINVAL;
 	for (const auto &n : names)
@@ -74,6 +77,8 @@ extern "C" const char *mrn_monitor_to_string(mrn_monitor_t m)
 		return "none";
 	case MRN_MONITOR_TEST_NO_INVALIDATION:
 		return "test-no-invalidation";
+	case MRN_MONITOR_EXTERNAL:
+		return "external";
 	}
 	return "unknown";
 }

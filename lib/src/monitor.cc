@@ -7,8 +7,10 @@ namespace mrn {
 
 namespace {
 
-// `none` hears of nothing, so the cache keeps no idle entry; the test-only
-// variant keeps them anyway, to show what a cache without invalidation does.
+// `none` hears of nothing, so the cache keeps no idle entry. `external` keeps
+// them because the caller reports unmaps through mrn_invalidate_range(); the
+// test-only variant keeps them with nobody reporting anything, to show what a
+// cache without invalidation does.
 class NullMonitor final : public Monitor {
 public:
 	explicit NullMonitor(mrn_monitor_t kind) : kind_(kind) {}
@@ -53,6 +55,10 @@ int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string 
 	case MRN_MONITOR_NONE:
 		*out = make_null_monitor(want);
 		*why = "no monitor: idle registrations are not kept";
+		return 0;
+	case MRN_MONITOR_EXTERNAL:
+		*out = make_null_monitor(want);
+		*why = "external: idle registrations are kept, the caller reports unmaps";
 		return 0;
 	case MRN_MONITOR_TEST_NO_INVALIDATION:
 		*out = make_null_monitor(want);

@@ -11,9 +11,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -67,8 +68,10 @@ TEST(Config, EnvironmentIsRead)
 
 TEST(Config, BadValuesAreErrors)
 {
-	const std::map<std::string, std::string> bad = {
+	// Pairs, not a map: the same variable appears with several bad values.
+	const std::vector<std::pair<std::string, std::string>> bad = {
 		{"MRNOTIFY_MONITOR", "kernal"},	 {"MRNOTIFY_MONITOR", "test-no-invalidation"},
+		{"MRNOTIFY_MONITOR", "external"},
 		{"MRNOTIFY_MAX_PINNED", "-1"},	 {"MRNOTIFY_MAX_PINNED", "12Q"},
 		{"MRNOTIFY_MAX_PINNED", ""},	 {"MRNOTIFY_MAX_ENTRIES", "-5"},
 		{"MRNOTIFY_MAX_ENTRIES", "1e3"}, {"MRNOTIFY_LEAVE_PINNED", "maybe"},
@@ -125,6 +128,52 @@ TEST(Create, RejectsBadConfigurations)
 	if (access("/dev/mrnotify", F_OK) != 0) {
 		EXPECT_EQ(-ENODEV, mrn_cache_create(&cfg, &c));
 	}
+}
+
+// External mode: idle entries are kept and only mrn_invalidate_range() drops
+// them (the Open MPI component with Open MPI's own memory hooks).
+TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
+{
+	int registered = 0, deregistered = 0;
+	struct Counts {
+		int *reg, *dereg;
+	} counts{&registered, &deregistered};
+	mrn_config cfg;
+	ASSERT_EQ(0, mrn_config_init(&cfg));
+	cfg.monitor = MRN_MONITOR_EXTERNAL;
+	cfg.fork_policy = MRN_FORK_NONE;
+	cfg.context = &counts;
+	cfg.reg = [](void *ctx, void *, size_t, uint32_t, void *) {
+		++*static_cast<Counts *>(ctx)->reg;
+		return 0;
+	};
+	cfg.dereg = [](void *ctx, void *) {
+		++*static_cast<Counts *>(ctx)->dereg;
+		return 0;
+	};
+	mrn_cache_t *cache = nullptr;
+	ASSERT_EQ(0, mrn_cache_create(&cfg, &cache));
+	EXPECT_EQ(MRN_MONITOR_EXTERNAL, mrn_cache_monitor(cache));
+	EXPECT_STREQ("external", mrn_monitor_to_string(MRN_MONITOR_EXTERNAL));
+
+	std::vector<char> buf(4 * kPage);
+	char *p = buf.data();
+	for (int i = 0; i < 3; i++) {
+		mrn_entry_t *e = nullptr;
+		ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, &e));
+		mrn_put(cache, e);
+	}
+	EXPECT_EQ(1, registered) << "idle entry was not kept";
+	EXPECT_EQ(0, deregistered);
+	EXPECT_EQ(0, mrn_invalidate_range(cache, p + 3 * kPage, kPage)) << "no overlap";
+	EXPECT_EQ(1, mrn_invalidate_range(cache, p + kPage, 1));
+	EXPECT_EQ(1, deregistered);
+	mrn_entry_t *e = nullptr;
+	ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, &e));
+	mrn_put(cache, e);
+	EXPECT_EQ(2, registered);
+	mrn_cache_destroy(cache);
+	EXPECT_EQ(2, deregistered);
 }
 
 // --- the uffd monitor against the host kernel ------------------------------------
