@@ -67,6 +67,9 @@ run_tests() {
 	make check-guest || status=1
 	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
 	bench/cache_bench --quick || status=1
+	# The Open MPI component's hit path against grdma ran in make check
+	# (tests/mca/api_uffd.test); its figures:
+	sed -n '/^# hit path/,/^hit_speedup_vs_grdma=/p' tests/mca/api_uffd.log 2>/dev/null
 	make bench-guest || status=1
 	say "make distcheck"
 	make -j"$jobs" distcheck >distcheck.log 2>&1 || {
@@ -78,6 +81,7 @@ run_tests() {
 	say "summary"
 	shopt -s nullglob
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
+		tests/mca/api_*.log tests/mca/mpi_*.log \
 		tests/guest-results/[0-9]*.out || status=1
 	return $status
 }

@@ -54,6 +54,14 @@ AC_DEFUN([MRN_CHECK_OMPI], [
     [ompicomponentdir=`ompi_info --path pkglibdir 2>/dev/null | sed -n 's/^ *Pkglibdir: *//p'`
      AS_IF([test -z "$ompicomponentdir"], [ompicomponentdir="$OMPI_LIBDIR/openmpi3"])])
   AC_SUBST([ompicomponentdir])
+  # The component's MPI test programs (tests/mca).
+  MPI_CFLAGS=
+  MPI_LIBS=
+  AS_IF([test "x$MRN_WITH_OMPI" = xyes && test -n "$MPICC"],
+    [MPI_CFLAGS=`$MPICC --showme:compile 2>/dev/null`
+     MPI_LIBS=`$MPICC --showme:link 2>/dev/null`])
+  AC_SUBST([MPI_CFLAGS])
+  AC_SUBST([MPI_LIBS])
 ])
 
 # MRN_CHECK_PKG(VAR, module, what to install)

@@ -19,15 +19,14 @@ unset MRNOTIFY_MONITOR MRNOTIFY_LEAVE_PINNED MRNOTIFY_MAX_PINNED MRNOTIFY_MAX_EN
 	MRNOTIFY_FORK MRNOTIFY_VERBOSE MRNOTIFY_STATS
 for v in $(env | sed -n 's/^\(OMPI_MCA_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 
-fails=0
-pass() { echo "PASS: $*"; }
+passes=0 fails=0
+pass() { echo "PASS: $*"; passes=$((passes + 1)); }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# The last line is the count tools/test-summary.sh adds up.
 finish() {
-	if [ "$fails" -ne 0 ]; then
-		echo "$fails check(s) failed"
-		exit 1
-	fi
-	exit 0
+	echo "$(basename "$0"): $passes passed, $fails failed"
+	[ "$fails" -eq 0 ] && [ "$passes" -gt 0 ]
+	exit
 }
 
 # The rcache API test with the mrnotify component found next to Open MPI's own.
