@@ -12,9 +12,9 @@ void RangeIndex::alloc_table(size_t capacity)
 	slots_ = static_cast<Slot *>(table_.data());
 	capacity_ = capacity;
 	mask_ = capacity - 1;
-	// The block hash supplies the bits above the 64-slot block.
+	// The block hash supplies the bits above the block.
 	const unsigned bits = unsigned(__builtin_ctzl(capacity));
-	hash_shift_ = bits > 6 ? 64 - (bits - 6) : 63;
+	hash_shift_ = bits > kBlockBits ? 64 - (bits - kBlockBits) : 63;
 	used_ = 0;
 }
 
