@@ -11,7 +11,7 @@ namespace mrn {
 // One cached registration; the caller's payload follows it in memory.
 // Ranges are whole pages: a registration pins whole pages anyway, and page
 // alignment makes "overlap" and "shares a page" the same thing.
-struct Entry {
+struct alignas(16) Entry {
 	enum State : uint8_t {
 		kPending,	// being registered, not yet visible to lookups
 		kIndexed,	// in the index: lookups can hand it out

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "entry_pool.h"
 
+#include "range_index.h"
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -35,6 +37,9 @@ Entry *EntryPool::allocate()
 			bump_end_ = bump_ + slabs_.back().size();
 		}
 		b = bump_; // fresh mmap'ed memory is already zero
+		// The index packs entry pointers into 44 bits (range_index.h).
+		if (reinterpret_cast<uintptr_t>(bump_ + block_) > RangeIndex::kAddressLimit)
+			return nullptr;
 		bump_ += block_;
 	}
 	in_use_++;

@@ -32,9 +32,9 @@ void RangeIndex::insert(Entry *e)
 	const unsigned level = level_of(e->length());
 	uint64_t c0, c1;
 	chunks_of(e, level, c0, c1);
-	put_slot(make_key(level, c0), e);
+	put_slot(make_key(level, c0), make_slot(e, false, make_key(level, c0)));
 	if (c1 != c0)
-		put_slot(make_key(level, c1), e);
+		put_slot(make_key(level, c1), make_slot(e, true, make_key(level, c1)));
 	entries_++;
 	level_count_[level]++;
 	level_mask_.fetch_or(uint32_t(1) << level, std::memory_order_release);
@@ -45,50 +45,46 @@ void RangeIndex::erase(Entry *e)
 	const unsigned level = level_of(e->length());
 	uint64_t c0, c1;
 	chunks_of(e, level, c0, c1);
-	erase_slot(make_key(level, c0), e);
+	erase_slot(make_slot(e, false, make_key(level, c0)));
 	if (c1 != c0)
-		erase_slot(make_key(level, c1), e);
+		erase_slot(make_slot(e, true, make_key(level, c1)));
 	entries_--;
 	if (--level_count_[level] == 0)
 		level_mask_.fetch_and(~(uint32_t(1) << level), std::memory_order_relaxed);
 }
 
-void RangeIndex::put_slot(uint64_t key, Entry *e)
+void RangeIndex::put_slot(uint64_t key, uint64_t slot)
 {
 	// The cache keeps the load under 3/4 (insert_needs_growth): linear
 	// probing degrades past that, and a full table would never end a probe.
 	size_t i = home(key);
-	while (slots_[i].key.load(std::memory_order_relaxed) != 0)
+	while (slots_[i].load(std::memory_order_relaxed) != 0)
 		i = (i + 1) & mask_;
-	slots_[i].entry.store(e, std::memory_order_relaxed);
-	slots_[i].key.store(key, std::memory_order_release);
+	slots_[i].store(slot, std::memory_order_release);
 	used_++;
 }
 
-void RangeIndex::erase_slot(uint64_t key, Entry *e)
+void RangeIndex::erase_slot(uint64_t slot)
 {
-	auto key_at = [this](size_t i) { return slots_[i].key.load(std::memory_order_relaxed); };
-	size_t i = home(key);
-	while (!(key_at(i) == key && slots_[i].entry.load(std::memory_order_relaxed) == e)) {
-		if (key_at(i) == 0)
+	auto at = [this](size_t i) { return slots_[i].load(std::memory_order_relaxed); };
+	size_t i = home(slot_key(slot));
+	while (at(i) != slot) {
+		if (at(i) == 0)
 			return; // not filed: nothing to do
 		i = (i + 1) & mask_;
 	}
 	// Backward-shift deletion: pull later members of the probe run into
 	// the hole, so that lookups never need tombstones.
 	size_t hole = i;
-	for (size_t j = (hole + 1) & mask_; key_at(j) != 0; j = (j + 1) & mask_) {
-		const size_t h = home(key_at(j));
+	for (size_t j = (hole + 1) & mask_; at(j) != 0; j = (j + 1) & mask_) {
+		const size_t h = home(slot_key(at(j)));
 		const bool movable = (hole <= j) ? (h <= hole || h > j) : (h <= hole && h > j);
 		if (movable) {
-			slots_[hole].entry.store(slots_[j].entry.load(std::memory_order_relaxed),
-						 std::memory_order_relaxed);
-			slots_[hole].key.store(key_at(j), std::memory_order_relaxed);
+			slots_[hole].store(at(j), std::memory_order_relaxed);
 			hole = j;
 		}
 	}
-	slots_[hole].key.store(0, std::memory_order_relaxed);
-	slots_[hole].entry.store(nullptr, std::memory_order_relaxed);
+	slots_[hole].store(0, std::memory_order_relaxed);
 	used_--;
 }
 
@@ -99,9 +95,9 @@ void RangeIndex::grow()
 	const size_t old_capacity = capacity_;
 	alloc_table(old_capacity * 2);
 	for (size_t i = 0; i < old_capacity; i++) {
-		const uint64_t k = old[i].key.load(std::memory_order_relaxed);
-		if (k != 0)
-			put_slot(k, old[i].entry.load(std::memory_order_relaxed));
+		const uint64_t w = old[i].load(std::memory_order_relaxed);
+		if (w != 0)
+			put_slot(slot_key(w), w);
 	}
 }
 

@@ -36,6 +36,9 @@ public:
 	void erase(Entry *e);
 	size_t size() const { return entries_; }
 	size_t bytes() const { return capacity_ * sizeof(Slot); }
+	// Entries must come from memory below this address, 16-byte aligned
+	// (EntryPool's blocks are): a slot packs the pointer with a key tag.
+	static constexpr uintptr_t kAddressLimit = uintptr_t(1) << 48;
 	void clear();
 
 	// First entry that covers [s, e) and satisfies ok(entry).
@@ -61,17 +64,49 @@ public:
 
 private:
 	static constexpr unsigned kLevels = 26;
-	struct Slot {
-		std::atomic<uint64_t> key; // 0: empty; published last
-		std::atomic<Entry *> entry;
-	};
+	// One 8-byte word per slot (0: empty), published with one release
+	// store: the entry pointer (16-byte aligned, below 2^48) in the top 44
+	// bits, then a bit saying the slot files the entry's second chunk, then
+	// a 19-bit tag of the key. A lookup compares tags and touches only
+	// entries whose tag matches; an entry reached through a colliding tag
+	// is still checked to cover the range, so any entry returned is right.
+	// Half the size of a key-and-pointer slot: the table of a million
+	// entries fits in the last-level cache.
+	using Slot = std::atomic<uint64_t>;
+	static constexpr unsigned kTagBits = 19;
+	static constexpr uint64_t kTagMask = (uint64_t(1) << kTagBits) - 1;
+	static constexpr uint64_t kSecondChunk = uint64_t(1) << kTagBits;
+	static constexpr unsigned kPointerShift = kTagBits + 1 - 4;
+	static_assert(kTagBits >= 3 && kPointerShift + 48 <= 64, "pointer, flag and tag fit");
 
 	static uint64_t make_key(unsigned level, uint64_t chunk)
 	{
 		return (uint64_t(level) + 1) << 56 | chunk;
 	}
-	static unsigned key_level(uint64_t key) { return unsigned(key >> 56) - 1; }
-	// Neighbouring chunks stay neighbours in blocks of kBlock slots: a walk
+	static uint64_t tag_of(uint64_t key)
+	{
+		return (key * UINT64_C(0xD6E8FEB86659FD93)) >> (64 - kTagBits);
+	}
+	static uint64_t make_slot(Entry *e, bool second, uint64_t key)
+	{
+		return uint64_t(reinterpret_cast<uintptr_t>(e)) << kPointerShift |
+		       (second ? kSecondChunk : 0) | tag_of(key);
+	}
+	static Entry *slot_entry(uint64_t w)
+	{
+		return reinterpret_cast<Entry *>(uintptr_t(w >> kPointerShift) & ~uintptr_t(15));
+	}
+	static bool slot_second(uint64_t w) { return (w & kSecondChunk) != 0; }
+	// The key a slot files its entry under (reads the entry).
+	uint64_t slot_key(uint64_t w) const
+	{
+		const Entry *x = slot_entry(w);
+		const unsigned level = level_of(x->length());
+		uint64_t c0, c1;
+		chunks_of(x, level, c0, c1);
+		return make_key(level, slot_second(w) ? c1 : c0);
+	}
+	// Neighbouring chunks stay neighbours in blocks of 2^kBlockBits slots: a walk
 	// through adjacent buffers reads the table as a stream the hardware
 	// prefetches (64-slot blocks, 1 KiB, were too short for that: a walk
 	// through a million adjacent entries then missed on nearly every line).
@@ -85,8 +120,8 @@ private:
 			       (key & ((uint64_t(1) << kBlockBits) - 1))) &
 			      mask_);
 	}
-	void put_slot(uint64_t key, Entry *e);
-	void erase_slot(uint64_t key, Entry *e);
+	void put_slot(uint64_t key, uint64_t slot);
+	void erase_slot(uint64_t slot);
 	void alloc_table(size_t capacity);
 	// Chunks of e at its level: first and last (equal for a one-chunk entry).
 	void chunks_of(const Entry *e, unsigned level, uint64_t &c0, uint64_t &c1) const
@@ -116,13 +151,14 @@ Entry *RangeIndex::find_covering(uintptr_t s, uintptr_t e, Pred ok) const
 		const unsigned level = unsigned(__builtin_ctz(levels));
 		levels &= levels - 1;
 		const uint64_t key = make_key(level, s >> shift_of(level));
+		const uint64_t tag = tag_of(key);
 		for (size_t i = home(key);; i = (i + 1) & mask_) {
-			const uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-			if (k == 0)
+			const uint64_t w = slots_[i].load(std::memory_order_acquire);
+			if (w == 0)
 				break;
-			if (k != key)
+			if ((w & kTagMask) != tag)
 				continue;
-			Entry *x = slots_[i].entry.load(std::memory_order_relaxed);
+			Entry *x = slot_entry(w);
 			if (x->covers(s, e) && ok(x))
 				return x;
 		}
@@ -153,12 +189,17 @@ template <typename Fn> void RangeIndex::for_each_overlapping(uintptr_t s, uintpt
 		const uint64_t last = (e - 1) >> shift_of(level);
 		for (uint64_t c = first; c <= last; c++) {
 			const uint64_t key = make_key(level, c);
+			const uint64_t tag = tag_of(key);
 			for (size_t i = home(key);; i = (i + 1) & mask_) {
-				const uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-				if (k == 0)
+				const uint64_t w = slots_[i].load(std::memory_order_acquire);
+				if (w == 0)
 					break;
-				Entry *x = slots_[i].entry.load(std::memory_order_relaxed);
-				if (k != key || !x->overlaps(s, e))
+				if ((w & kTagMask) != tag)
+					continue;
+				Entry *x = slot_entry(w);
+				// The exact key: an entry met through a colliding
+				// tag must not be reported twice.
+				if (!x->overlaps(s, e) || slot_key(w) != key)
 					continue;
 				// An entry filed under two chunks of the range is
 				// reported at the first of them only.
@@ -173,13 +214,10 @@ template <typename Fn> void RangeIndex::for_each_overlapping(uintptr_t s, uintpt
 template <typename Fn> void RangeIndex::for_each(Fn fn) const
 {
 	for (size_t i = 0; i < capacity_; i++) {
-		const uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-		if (k == 0)
-			continue;
-		Entry *x = slots_[i].entry.load(std::memory_order_relaxed);
+		const uint64_t w = slots_[i].load(std::memory_order_acquire);
 		// Once per entry: at the chunk of its start.
-		if ((k & ((uint64_t(1) << 56) - 1)) == x->start >> shift_of(key_level(k)))
-			fn(x);
+		if (w != 0 && !slot_second(w))
+			fn(slot_entry(w));
 	}
 }
 
