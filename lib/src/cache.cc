@@ -96,7 +96,7 @@ Cache::~Cache()
 	Lock lk(lock_.writer_mutex());
 	check_fork_locked();
 	if (print_stats_)
-		print_stats();
+		print_stats_locked();
 	size_t busy = 0;
 	{
 		ExclusiveGuard ex(lock_);
@@ -673,7 +673,13 @@ void Cache::stats(mrn_stats *o)
 
 void Cache::print_stats()
 {
-	// Called with or without the writer mutex: read what is cheap.
+	Lock lk(lock_.writer_mutex());
+	check_fork_locked();
+	print_stats_locked();
+}
+
+void Cache::print_stats_locked()
+{
 	uint64_t hits = st_.hits_locked;
 	for (const auto &h : hits_)
 		hits += h.n.load(std::memory_order_relaxed);

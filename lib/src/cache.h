@@ -99,6 +99,7 @@ public:
 
 private:
 	int open_monitor_locked();
+	void print_stats_locked();
 
 	bool page_range(void *addr, size_t len, uintptr_t *s, uintptr_t *e) const
 	{

@@ -172,6 +172,10 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 	ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, &e));
 	mrn_put(cache, e);
 	EXPECT_EQ(2, registered);
+	::testing::internal::CaptureStderr();
+	mrn_cache_print_stats(cache);
+	const std::string printed = ::testing::internal::GetCapturedStderr();
+	EXPECT_NE(std::string::npos, printed.find("(monitor external): hits 2 misses 2")) << printed;
 	mrn_cache_destroy(cache);
 	EXPECT_EQ(2, deregistered);
 }
