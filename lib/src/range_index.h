@@ -106,6 +106,18 @@ private:
 		chunks_of(x, level, c0, c1);
 		return make_key(level, slot_second(w) ? c1 : c0);
 	}
+	// Calls fn(slot) for each slot of key's probe run whose tag matches
+	// key's (the entry may still be another's: see Slot), until fn
+	// returns true.
+	template <typename Fn> void probe(uint64_t key, Fn fn) const
+	{
+		const uint64_t tag = tag_of(key);
+		for (size_t i = home(key);; i = (i + 1) & mask_) {
+			const uint64_t w = slots_[i].load(std::memory_order_acquire);
+			if (w == 0 || ((w & kTagMask) == tag && fn(w)))
+				return;
+		}
+	}
 	// Neighbouring chunks stay neighbours in blocks of 2^kBlockBits slots: a walk
 	// through adjacent buffers reads the table as a stream the hardware
 	// prefetches (64-slot blocks, 1 KiB, were too short for that: a walk
@@ -150,18 +162,16 @@ Entry *RangeIndex::find_covering(uintptr_t s, uintptr_t e, Pred ok) const
 	while (levels) {
 		const unsigned level = unsigned(__builtin_ctz(levels));
 		levels &= levels - 1;
-		const uint64_t key = make_key(level, s >> shift_of(level));
-		const uint64_t tag = tag_of(key);
-		for (size_t i = home(key);; i = (i + 1) & mask_) {
-			const uint64_t w = slots_[i].load(std::memory_order_acquire);
-			if (w == 0)
-				break;
-			if ((w & kTagMask) != tag)
-				continue;
+		Entry *found = nullptr;
+		probe(make_key(level, s >> shift_of(level)), [&](uint64_t w) {
 			Entry *x = slot_entry(w);
-			if (x->covers(s, e) && ok(x))
-				return x;
-		}
+			if (!x->covers(s, e) || !ok(x))
+				return false;
+			found = x;
+			return true;
+		});
+		if (found)
+			return found;
 	}
 	return nullptr;
 }
@@ -189,24 +199,19 @@ template <typename Fn> void RangeIndex::for_each_overlapping(uintptr_t s, uintpt
 		const uint64_t last = (e - 1) >> shift_of(level);
 		for (uint64_t c = first; c <= last; c++) {
 			const uint64_t key = make_key(level, c);
-			const uint64_t tag = tag_of(key);
-			for (size_t i = home(key);; i = (i + 1) & mask_) {
-				const uint64_t w = slots_[i].load(std::memory_order_acquire);
-				if (w == 0)
-					break;
-				if ((w & kTagMask) != tag)
-					continue;
+			probe(key, [&](uint64_t w) {
 				Entry *x = slot_entry(w);
 				// The exact key: an entry met through a colliding
 				// tag must not be reported twice.
 				if (!x->overlaps(s, e) || slot_key(w) != key)
-					continue;
+					return false;
 				// An entry filed under two chunks of the range is
 				// reported at the first of them only.
 				const uint64_t c_entry = x->start >> shift_of(level);
 				if (c == (c_entry > first ? c_entry : first))
 					fn(x);
-			}
+				return false;
+			});
 		}
 	}
 }
