@@ -112,36 +112,31 @@ static bool parse_count(const char *s, uint64_t *out)
  * process (ompi_info shows it too), and then makes every cache creation
  * fail, so the job stops instead of running with a setting nobody asked for.
  */
+static void bad_param(const char *name, const char *value, const char *expected)
+{
+	mrn_error("bad value \"%s\" for MCA parameter rcache_" MRN_RCACHE_NAME_STR "_%s: expected %s",
+		  value ? value : "", name, expected);
+	C.config_error = true;
+}
+
 static void check_params(void)
 {
-	const char *p = "rcache_" MRN_RCACHE_NAME_STR "_";
-
 	C.config_error = false;
-	if (mrn_monitor_from_string(C.monitor, &C.monitor_kind) < 0) {
-		mrn_error("bad value \"%s\" for MCA parameter %smonitor: expected auto, kernel, uffd or none",
-			  C.monitor ? C.monitor : "", p);
-		C.config_error = true;
-	}
-	if (mrn_size_from_string(C.max_pinned, &C.max_pinned_bytes) < 0) {
-		mrn_error("bad value \"%s\" for MCA parameter %smax_pinned: expected a byte count with an optional K, M, G or T suffix (0: no limit)",
-			  C.max_pinned ? C.max_pinned : "", p);
-		C.config_error = true;
-	}
-	if (!parse_count(C.max_entries, &C.max_entries_count)) {
-		mrn_error("bad value \"%s\" for MCA parameter %smax_entries: expected a count >= 0 (0: no limit)",
-			  C.max_entries ? C.max_entries : "", p);
-		C.config_error = true;
-	}
-	if (mrn_fork_policy_from_string(C.fork_policy, &C.fork_kind) < 0) {
-		mrn_error("bad value \"%s\" for MCA parameter %sfork: expected dontfork or none",
-			  C.fork_policy ? C.fork_policy : "", p);
-		C.config_error = true;
-	}
+	if (mrn_monitor_from_string(C.monitor, &C.monitor_kind) < 0)
+		bad_param("monitor", C.monitor, "auto, kernel, uffd or none");
+	if (mrn_size_from_string(C.max_pinned, &C.max_pinned_bytes) < 0)
+		bad_param("max_pinned", C.max_pinned,
+			  "a byte count with an optional K, M, G or T suffix (0: no limit)");
+	if (!parse_count(C.max_entries, &C.max_entries_count))
+		bad_param("max_entries", C.max_entries, "a count >= 0 (0: no limit)");
+	if (mrn_fork_policy_from_string(C.fork_policy, &C.fork_kind) < 0)
+		bad_param("fork", C.fork_policy, "dontfork or none");
 	if (C.verbose < 0 || C.verbose > 3) {
 		int v = C.verbose;
 
 		C.verbose = 0;
-		mrn_error("bad value %d for MCA parameter %sverbose: expected 0, 1, 2 or 3", v, p);
+		mrn_error("bad value %d for MCA parameter rcache_" MRN_RCACHE_NAME_STR
+			  "_verbose: expected 0, 1, 2 or 3", v);
 		C.config_error = true;
 	}
 }
