@@ -196,6 +196,23 @@ static void *map_pages(size_t npages)
 	return p;
 }
 
+/*
+ * The end of a case: destroys the cache, unmaps the buffer, and passes when
+ * every registration was deregistered once and no callback saw anything
+ * wrong.
+ */
+static void end_case(const char *T, mca_rcache_base_module_t *m, struct ctx *c, void *buf,
+		     size_t pages)
+{
+	mca_rcache_base_module_destroy(m);
+	munmap(buf, pages * PAGE);
+	if (c->regs == c->deregs && c->bad == 0)
+		result(1, T, NULL);
+	else
+		result(0, T, "%ld registered, %ld deregistered, %ld bad", c->regs, c->deregs,
+		       c->bad);
+}
+
 static const char *monitor_env(void)
 {
 	const char *m = getenv("OMPI_MCA_rcache_mrnotify_monitor");
@@ -230,11 +247,7 @@ static void t_leave_pinned_hit(void)
 	reg_put(m, b);
 	CHECK(T, m->rcache_invalidate_range == NULL || !strcmp(monitor_env(), "none"),
 	      "invalidate_range set with monitor %s: memory hooks would be needed", monitor_env());
-	mca_rcache_base_module_destroy(m);
-	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered, %ld bad",
-	      c.regs, c.deregs, c.bad);
-	munmap(buf, 4 * PAGE);
-	result(1, T, NULL);
+	end_case(T, m, &c, buf, 4);
 }
 
 static void t_flags(void)
@@ -331,11 +344,7 @@ static void t_upgrade(void)
 	      (void *)d, (void *)b);
 	reg_put(m, d);
 	reg_put(m, b);
-	mca_rcache_base_module_destroy(m);
-	munmap(buf, 4 * PAGE);
-	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered, %ld bad",
-	      c.regs, c.deregs, c.bad);
-	result(1, T, NULL);
+	end_case(T, m, &c, buf, 4);
 }
 
 static void t_find_evict(void)
@@ -371,11 +380,7 @@ static void t_find_evict(void)
 	CHECK(T, m->rcache_evict(m) && c.deregs == 4, "the released find reference was not evictable");
 	CHECK(T, !m->rcache_evict(m), "evict with only a busy registration succeeded");
 	reg_put(m, busy);
-	mca_rcache_base_module_destroy(m);
-	munmap(buf, 16 * PAGE);
-	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered", c.regs,
-	      c.deregs);
-	result(1, T, NULL);
+	end_case(T, m, &c, buf, 16);
 }
 
 static void t_out_of_resource(void)
@@ -412,11 +417,7 @@ static void t_out_of_resource(void)
 		      "with 3 busy: %d succeeded, the 4th gave %p rc %d (expected OUT_OF_RESOURCE)",
 		      n, (void *)r, rc);
 	}
-	mca_rcache_base_module_destroy(m);
-	munmap(buf, 16 * PAGE);
-	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered", c.regs,
-	      c.deregs);
-	result(1, T, NULL);
+	end_case(T, m, &c, buf, 16);
 }
 
 static void t_sharing(void)
