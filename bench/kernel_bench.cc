@@ -115,6 +115,17 @@ char *map_1mib(bool populate) {
   return c;
 }
 
+// One munmap table: the three medians and their ratios.
+void print_munmap(const char *title, double none, double other, double watched,
+                  const char *target) {
+  printf("%s\n", title);
+  printf("  no context in the process        %10.0f ns\n", none);
+  printf("  context, range not registered    %10.0f ns\n", other);
+  printf("  range covered by one registration %9.0f ns\n", watched);
+  printf("  ratio registered / no context    %10.2fx%s\n", watched / none, target);
+  printf("  ratio registered / unregistered  %10.2fx\n", watched / other);
+}
+
 // Median munmap time of a fresh 1 MiB mapping; ctx != null: a context exists
 // in the process; watch: one registration covers the range.
 double time_munmap(const Ctx *ctx, bool watch, bool populate, int iters) {
@@ -191,18 +202,10 @@ int main(int argc, char **argv) {
   }
   double none_pop = median(none_p), o_pop = median(other_p), w_pop = median(watched_p);
   double none_unpop = median(none_u), o_unpop = median(other_u), w_unpop = median(watched_u);
-  printf("munmap 1 MiB, populated (256 pages):\n");
-  printf("  no context in the process        %10.0f ns\n", none_pop);
-  printf("  context, range not registered    %10.0f ns\n", o_pop);
-  printf("  range covered by one registration %9.0f ns\n", w_pop);
-  printf("  ratio registered / no context    %10.2fx (target <= 1.2x)\n", w_pop / none_pop);
-  printf("  ratio registered / unregistered  %10.2fx\n", w_pop / o_pop);
-  printf("munmap 1 MiB, never touched (no pages to free, worst case for the ratio):\n");
-  printf("  no context in the process        %10.0f ns\n", none_unpop);
-  printf("  context, range not registered    %10.0f ns\n", o_unpop);
-  printf("  range covered by one registration %9.0f ns\n", w_unpop);
-  printf("  ratio registered / no context    %10.2fx\n", w_unpop / none_unpop);
-  printf("  ratio registered / unregistered  %10.2fx\n", w_unpop / o_unpop);
+  print_munmap("munmap 1 MiB, populated (256 pages):", none_pop, o_pop, w_pop,
+               " (target <= 1.2x)");
+  print_munmap("munmap 1 MiB, never touched (no pages to free, worst case for the ratio):",
+               none_unpop, o_unpop, w_unpop, "");
 
   // 2. DRAIN of 10,000 dirty registrations (one page each over 40 MiB),
   // in one call, and in batches of 1,000.
