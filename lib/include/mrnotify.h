@@ -33,16 +33,26 @@
  * Thread safety: every function may be called from any thread. Hits take no
  * exclusive lock and make no system call.
  *
- * Fork: registered ranges are made non-inheritable (MADV_DONTFORK, counted
- * per page so that overlapping registrations do not undo each other). In a
- * child the cache starts empty, never calls deregister for the parent's
- * registrations, and opens its own monitor when first used.
+ * Fork: registrations are never inherited. In a child the cache starts
+ * empty, never calls deregister for the parent's registrations, and opens
+ * its own monitor when first used. Whether registered pages are also made
+ * non-inheritable (MADV_DONTFORK) is the fork policy: `auto` (the default)
+ * does it only on kernels older than 5.13, which do not keep pages pinned
+ * for DMA with the parent across fork; `dontfork` always (a child then
+ * cannot touch anything that shares a page with a registered buffer);
+ * `none` never. Advice is counted per page, so overlapping registrations do
+ * not undo each other, and bounded by vm.max_map_count: registrations past
+ * that budget are not cached.
+ *
+ * Registrations that are not cached ("uncached": the limits are reached and
+ * nothing is idle, the monitor cannot watch the memory, fork advice is out
+ * of budget) are still handed out, and deregistered at their last put.
  *
  * Environment (read by mrn_config_init; a bad value is an error):
  *   MRNOTIFY_MONITOR=auto|kernel|uffd|none   MRNOTIFY_LEAVE_PINNED=0|1
  *   MRNOTIFY_MAX_PINNED=<bytes, K/M/G/T suffix, 0 = unlimited>
  *   MRNOTIFY_MAX_ENTRIES=<count, 0 = unlimited>
- *   MRNOTIFY_FORK=dontfork|none   MRNOTIFY_VERBOSE=<0..3>
+ *   MRNOTIFY_FORK=auto|dontfork|none   MRNOTIFY_VERBOSE=<0..3>
  *   MRNOTIFY_STATS=0|1 (print statistics when the cache is destroyed)
  */
 #ifndef MRNOTIFY_H
@@ -76,7 +86,8 @@ typedef enum mrn_monitor {
 
 typedef enum mrn_fork_policy {
 	MRN_FORK_DONTFORK = 0,	/* madvise(MADV_DONTFORK) registered pages */
-	MRN_FORK_NONE		/* leave it to the kernel (copy-on-fork of pinned pages) */
+	MRN_FORK_NONE,		/* leave it to the kernel (copy-on-fork of pinned pages) */
+	MRN_FORK_AUTO		/* dontfork before Linux 5.13, none since (the default) */
 } mrn_fork_policy_t;
 
 /*
@@ -107,7 +118,7 @@ struct mrn_config {
 };
 
 /*
- * Defaults (auto monitor, leave_pinned on, no limits, dontfork), then the
+ * Defaults (auto monitor, leave_pinned on, no limits, fork policy auto), then the
  * MRNOTIFY_* environment. Returns 0, or -EINVAL with a message on stderr
  * naming the bad variable.
  */
@@ -117,6 +128,7 @@ int mrn_config_init(struct mrn_config *config);
 int mrn_monitor_from_string(const char *s, mrn_monitor_t *out);
 const char *mrn_monitor_to_string(mrn_monitor_t m);
 int mrn_fork_policy_from_string(const char *s, mrn_fork_policy_t *out);
+const char *mrn_fork_policy_to_string(mrn_fork_policy_t p);
 int mrn_size_from_string(const char *s, uint64_t *out);
 
 /*
@@ -187,6 +199,10 @@ struct mrn_stats {
 	uint64_t entries;		/* now: entries in the cache (in use or idle) */
 	uint64_t idle_entries;		/* now */
 	uint64_t in_use_detached;	/* now: invalidated entries still referenced */
+	uint64_t uncached;		/* registrations handed out uncached (see above) */
+	uint64_t merges;		/* misses that merged overlapping entries into one */
+	uint64_t drain_failures;	/* drains that failed (everything idle was dropped) */
+	uint64_t fork_advice_failures;	/* MADV_DONTFORK failed or was out of budget */
 };
 
 /* Fills *stats (size: sizeof(struct mrn_stats)). 0 or -EINVAL. */

@@ -24,18 +24,129 @@ const uint64_t kForkedGeneration = UINT64_MAX;
 // this many tries (the memory is being unmapped as fast as we pin it).
 constexpr int kMaxRaceRetries = 16;
 
+// A registration the kernel refuses for lack of room (its caps, or memory)
+// is retried this many times, each after evicting an idle entry.
+constexpr int kMaxTrackRetries = 8;
+
+// Eviction looks at this many index slots from its clock hand at the most,
+// and picks the least recently used of the first kEvictSample idle entries
+// it meets there: each victim costs a bounded number of cache lines however
+// large the cache, and small caches get exact LRU.
+constexpr size_t kEvictScan = 256;
+constexpr unsigned kEvictSample = 16;
+
+// commit_entry's "start over" results.
+constexpr int kRaced = 1;	// the pages changed while we pinned them
+constexpr int kForked = 2;	// the registration is the parent's
+
 unsigned page_shift()
 {
 	return unsigned(__builtin_ctzl(static_cast<unsigned long>(sysconf(_SC_PAGESIZE))));
 }
 
+// How many entries may carry MADV_DONTFORK. Each advised range can split its
+// mapping at both ends; past vm.max_map_count every mmap (and malloc) of the
+// process fails. A quarter of the limit in advised entries keeps at least
+// half of the mappings for the application.
+uint64_t advised_entry_budget()
+{
+	unsigned long long max_maps = 65530; // the kernel's default
+	if (FILE *f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
+		if (std::fscanf(f, "%llu", &max_maps) != 1)
+			max_maps = 65530;
+		std::fclose(f);
+	}
+	return max_maps / 4;
+}
+
 } // namespace
+
+// A writer section: the writer mutex, and the entries that became doomed
+// while it was held. They are deregistered when the section ends, with the
+// mutex dropped around each deregister call (which may be slow, or come back
+// into the cache), so no path can forget them.
+class Cache::Writer {
+public:
+	explicit Writer(Cache &c) : cache_(c), lock_(c.lock_.writer_mutex()) {}
+	~Writer() { cache_.destroy_doomed(*this); }
+	Writer(const Writer &) = delete;
+	Writer &operator=(const Writer &) = delete;
+	std::unique_lock<std::mutex> &lock() { return lock_; }
+
+	EntryStack doomed;
+
+private:
+	Cache &cache_;
+	std::unique_lock<std::mutex> lock_;
+};
+
+// What one drain (or one caller's invalidation) found: indexed entries to
+// detach, on a local list. Entries outside the index are only marked
+// invalid: one being registered is then retried, one in use dies at its put.
+class Cache::DrainSink final : public InvalidationSink {
+public:
+	explicit DrainSink(Cache &c) : cache_(c) {}
+
+	void invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t, uintptr_t) override
+	{
+		Entry *x = reinterpret_cast<Entry *>(static_cast<uintptr_t>(cookie));
+		// The kernel reports only registrations we have not unregistered,
+		// so the cookie is a live entry; the id check guards against our
+		// own bugs.
+		if (!x || x->track_id != track_id) {
+			log(0, "cache %s: the monitor reported an unknown registration (id %" PRIu64 ")",
+			    cache_.name_.c_str(), track_id);
+			return;
+		}
+		// The kernel dropped its registration when it reported it.
+		x->track_id = 0;
+		x->flags &= uint8_t(~Entry::kTracked);
+		condemn(x);
+	}
+	void invalidate_range(uintptr_t start, uintptr_t end) override
+	{
+		if (end <= start)
+			return;
+		cache_.index_.for_each_overlapping(start, end, [this](Entry *x) { condemn(x); });
+		cache_.unindexed_.for_each([&](Entry *x) {
+			if (x->overlaps(start, end))
+				x->invalid.store(true, std::memory_order_relaxed);
+		});
+	}
+	// Each entry once, however many reports name it.
+	void condemn(Entry *x)
+	{
+		if (x->invalid.exchange(true, std::memory_order_relaxed))
+			return;
+		if (x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
+			victims_.push(x);
+			count_++;
+		}
+	}
+	EntryStack &victims() { return victims_; }
+	long count() const { return count_; }
+
+private:
+	Cache &cache_;
+	EntryStack victims_;
+	long count_ = 0;
+};
+
+struct Cache::MissPlan {
+	uintptr_t start, end;
+	uint32_t access;
+	bool merged;  // grown to cover the entries it overlaps
+	bool upgrade; // one of them lacked the access asked for
+};
+
 
 Cache::Cache(Key, const mrn_config &c, MonitorFactory open)
 	: name_(c.name ? c.name : "mrnotify"), reg_(c.reg), dereg_(c.dereg), context_(c.context),
 	  payload_size_(c.payload_size), leave_pinned_(c.leave_pinned != 0),
 	  max_pinned_(c.max_pinned_bytes), max_entries_(c.max_entries),
-	  fork_policy_(c.fork_policy), print_stats_(c.print_stats != 0),
+	  fork_policy_(c.fork_policy),
+	  advise_dontfork_(resolve_fork_policy(c.fork_policy) == MRN_FORK_DONTFORK),
+	  max_advised_(advised_entry_budget()), print_stats_(c.print_stats != 0),
 	  page_mask_((uintptr_t(1) << page_shift()) - 1), open_monitor_(std::move(open)),
 	  index_(page_shift()), pool_(c.payload_size)
 {
@@ -43,27 +154,27 @@ Cache::Cache(Key, const mrn_config &c, MonitorFactory open)
 
 int Cache::create(const mrn_config &config, MonitorFactory open, std::unique_ptr<Cache> *out)
 {
+	const char *name = config.name ? config.name : "(unnamed)";
 	if (!config.reg || !config.dereg) {
-		log(0, "cache %s: the register and deregister functions are required",
-		    config.name ? config.name : "(unnamed)");
+		log(0, "cache %s: the register and deregister functions are required", name);
 		return -EINVAL;
 	}
 	if (config.payload_size > 4096) {
-		log(0, "cache %s: payload_size %zu is over the limit of 4096 bytes",
-		    config.name ? config.name : "(unnamed)", config.payload_size);
+		log(0, "cache %s: payload_size %zu is over the limit of 4096 bytes", name,
+		    config.payload_size);
 		return -EINVAL;
 	}
-	if (config.fork_policy != MRN_FORK_DONTFORK && config.fork_policy != MRN_FORK_NONE) {
-		log(0, "cache %s: unknown fork policy %d", config.name ? config.name : "(unnamed)",
-		    int(config.fork_policy));
+	if (config.fork_policy != MRN_FORK_DONTFORK && config.fork_policy != MRN_FORK_NONE &&
+	    config.fork_policy != MRN_FORK_AUTO) {
+		log(0, "cache %s: unknown fork policy %d", name, int(config.fork_policy));
 		return -EINVAL;
 	}
 	raise_verbosity(config.verbose);
 	auto c = std::make_unique<Cache>(Key(), config, std::move(open));
 	int rc;
 	{
-		std::lock_guard<std::mutex> g(c->lock_.writer_mutex());
-		rc = c->open_monitor_locked();
+		Writer w(*c);
+		rc = c->open_monitor(w);
 	}
 	if (rc < 0)
 		return rc;
@@ -72,7 +183,7 @@ int Cache::create(const mrn_config &config, MonitorFactory open, std::unique_ptr
 	return 0;
 }
 
-int Cache::open_monitor_locked()
+int Cache::open_monitor(Writer &)
 {
 	std::string why;
 	const int rc = open_monitor_(&monitor_, &why);
@@ -83,74 +194,49 @@ int Cache::open_monitor_locked()
 	monitor_kind_ = monitor_->kind();
 	keep_idle_ = leave_pinned_ && monitor_->keeps_idle_entries();
 	const uint64_t *gen = monitor_->generation();
-	seen_gen_.store(__atomic_load_n(gen, __ATOMIC_ACQUIRE), std::memory_order_relaxed);
+	seen_gen_.store(load_generation(gen), std::memory_order_relaxed);
 	gen_ptr_.store(gen, std::memory_order_release);
-	log(1, "cache %s: monitor %s: %s; leave_pinned %s", name_.c_str(),
-	    mrn_monitor_to_string(monitor_kind_), why.c_str(), keep_idle_ ? "on" : "off");
+	log(1, "cache %s: monitor %s: %s; leave_pinned %s; fork %s%s", name_.c_str(),
+	    mrn_monitor_to_string(monitor_kind_), why.c_str(), keep_idle_ ? "on" : "off",
+	    mrn_fork_policy_to_string(fork_policy_),
+	    fork_policy_ == MRN_FORK_AUTO ? (advise_dontfork_ ? " (dontfork)" : " (none)") : "");
 	return 0;
 }
 
+// Teardown allocates nothing: it may run when memory or mappings have run out.
 Cache::~Cache()
 {
 	unregister_for_fork(this);
-	Lock lk(lock_.writer_mutex());
-	check_fork_locked();
+	Writer w(*this);
+	check_fork(w);
 	if (print_stats_)
-		print_stats_locked();
+		print_stats(w);
 	size_t busy = 0;
 	{
 		ExclusiveGuard ex(lock_);
-		std::vector<Entry *> all;
-		index_.for_each([&](Entry *x) { all.push_back(x); });
-		for (Entry *x : all) {
-			index_.erase(x);
-			x->state.store(Entry::kDetached, std::memory_order_relaxed);
-			if (x->refs.load(std::memory_order_relaxed) > 1)
+		index_.for_each([&](Entry *x) {
+			if (x->refs.load(std::memory_order_relaxed) > Entry::kIndexRef)
 				busy++;
-			doomed_.push_back(x);
-		}
+			x->state.store(Entry::kDetached, std::memory_order_relaxed);
+			x->refs.store(0, std::memory_order_relaxed);
+			w.doomed.push(x);
+		});
+		index_.forget();
 	}
-	for (Entry *x : unindexed_)
-		if (x->state.load(std::memory_order_relaxed) == Entry::kDetached) {
-			busy++;
-			doomed_.push_back(x);
-		}
-	unindexed_.clear();
+	unindexed_.for_each([&](Entry *x) {
+		if (x->state.load(std::memory_order_relaxed) != Entry::kDetached)
+			return; // being registered by another thread: its own
+		busy++;
+		unindexed_.erase(x);
+		w.doomed.push(x);
+	});
 	if (busy)
 		log(1, "cache %s: destroyed with %zu entries still in use; deregistering them",
 		    name_.c_str(), busy);
-	destroy_doomed(lk);
+	// ~Writer deregisters them.
 }
 
-void Cache::check_fork_locked()
-{
-	if (!forked_)
-		return;
-	// The child starts empty: the parent's registrations are not ours to
-	// deregister, and their memory stays as it is (the child may still
-	// hold pointers into it).
-	forked_ = false;
-	index_.clear();
-	unindexed_.clear();
-	victims_.clear();
-	doomed_.clear();
-	lru_queue_.clear();
-	pool_.abandon();
-	pinned_bytes_ = 0;
-	epoch_++;
-	if (monitor_) {
-		monitor_->abandon_after_fork();
-		monitor_.reset();
-	}
-	if (open_monitor_locked() < 0) {
-		// Without a monitor the child can still register, just not cache.
-		monitor_ = make_null_monitor(MRN_MONITOR_NONE);
-		monitor_kind_ = MRN_MONITOR_NONE;
-		keep_idle_ = false;
-		gen_ptr_.store(monitor_->generation(), std::memory_order_release);
-		seen_gen_.store(*monitor_->generation(), std::memory_order_relaxed);
-	}
-}
+// --- fork ------------------------------------------------------------------------------
 
 void Cache::fork_child()
 {
@@ -161,100 +247,96 @@ void Cache::fork_child()
 	lock_.writer_mutex().unlock();
 }
 
-// --- invalidation ------------------------------------------------------------
-
-void Cache::invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t, uintptr_t)
+void Cache::check_fork(Writer &w)
 {
-	Entry *x = reinterpret_cast<Entry *>(static_cast<uintptr_t>(cookie));
-	// The kernel reports only registrations we have not unregistered, so
-	// the cookie is a live entry; the id check guards against our bugs.
-	if (!x || x->track_id != track_id) {
-		log(0, "cache %s: the monitor reported an unknown registration (id %" PRIu64 ")",
-		    name_.c_str(), track_id);
+	if (!forked_)
 		return;
+	// The child starts empty: the parent's registrations are not ours to
+	// deregister, and their memory stays as it is (the child may still
+	// hold pointers into it). epoch_ moves so owns() is false for them.
+	forked_ = false;
+	index_.clear();
+	unindexed_.forget();
+	pool_.abandon();
+	pinned_bytes_ = 0;
+	advised_ = 0;
+	evict_hand_ = 0;
+	epoch_++;
+	if (monitor_) {
+		monitor_->abandon_after_fork();
+		monitor_.reset();
 	}
-	x->track_id = 0; // the kernel has dropped it
-	x->invalid.store(true, std::memory_order_relaxed);
-	if (x->state.load(std::memory_order_relaxed) == Entry::kIndexed)
-		victims_.push_back(x);
+	if (open_monitor(w) < 0) {
+		// Without a monitor the child can still register, just not cache.
+		monitor_ = make_null_monitor(MRN_MONITOR_NONE);
+		monitor_kind_ = MRN_MONITOR_NONE;
+		keep_idle_ = false;
+		gen_ptr_.store(monitor_->generation(), std::memory_order_release);
+		seen_gen_.store(load_generation(monitor_->generation()), std::memory_order_relaxed);
+	}
 }
 
-void Cache::invalidate_range(uintptr_t start, uintptr_t end)
+// --- invalidation ------------------------------------------------------------------------
+
+int Cache::sync(Writer &w)
 {
-	if (end <= start)
-		return;
-	index_.for_each_overlapping(start, end, [&](Entry *x) {
-		if (!x->invalid.exchange(true, std::memory_order_relaxed))
-			victims_.push_back(x);
-	});
-	for (Entry *x : unindexed_)
-		if (x->overlaps(start, end))
-			x->invalid.store(true, std::memory_order_relaxed);
+	check_fork(w);
+	const uint64_t now = load_generation(gen_ptr_.load(std::memory_order_relaxed));
+	if (now == seen_gen_.load(std::memory_order_relaxed))
+		return 0;
+	DrainSink sink(*this);
+	uint64_t gen = 0;
+	const int rc = monitor_->drain(sink, &gen);
+	st_.drains++;
+	if (rc < 0) {
+		st_.drain_failures++;
+		log(0, "cache %s: draining the monitor failed: %s; dropping every idle entry",
+		    name_.c_str(), strerror(-rc));
+		// We cannot tell what died: trust neither the idle entries nor
+		// one being registered right now (it is then registered again).
+		// What the monitor still holds is reported by a later drain.
+		index_.for_each([&](Entry *x) { sink.condemn(x); });
+		unindexed_.for_each(
+			[](Entry *x) { x->invalid.store(true, std::memory_order_relaxed); });
+		gen = now;
+	}
+	st_.invalidations += uint64_t(sink.count());
+	if (sink.victims().empty()) {
+		seen_gen_.store(gen, std::memory_order_relaxed);
+		return rc;
+	}
+	// Publish the new generation together with the removals: a hit that
+	// sees it also sees the victims gone.
+	ExclusiveGuard ex(lock_);
+	detach_excluded(w, sink.victims());
+	seen_gen_.store(gen, std::memory_order_relaxed);
+	return rc;
 }
 
 // Takes the victims out of the index (readers must be excluded); those
 // nobody uses are doomed, the others wait for their last put.
-void Cache::detach_excluded(std::vector<Entry *> &victims)
+void Cache::detach_excluded(Writer &w, EntryStack &victims)
 {
-	for (Entry *x : victims) {
+	while (Entry *x = victims.pop()) {
 		if (x->state.load(std::memory_order_relaxed) != Entry::kIndexed)
 			continue;
 		index_.erase(x);
 		x->state.store(Entry::kDetached, std::memory_order_relaxed);
-		if (x->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
-			doomed_.push_back(x);
+		if (x->refs.fetch_sub(Entry::kIndexRef, std::memory_order_acq_rel) == Entry::kIndexRef)
+			w.doomed.push(x);
 		else
 			unindexed_.insert(x);
 	}
-	victims.clear();
 }
 
-void Cache::detach_locked(std::vector<Entry *> &victims)
+// Drops an idle entry (readers must be excluded, and x idle).
+void Cache::drop_idle_excluded(Writer &w, Entry *x)
 {
-	if (victims.empty())
-		return;
-	ExclusiveGuard ex(lock_);
-	detach_excluded(victims);
-}
-
-// Drops an idle entry (readers must be excluded, and x idle: refs == 1).
-void Cache::drop_idle_excluded(Entry *x)
-{
+	MRN_ASSERT(x->is_idle());
 	index_.erase(x);
 	x->state.store(Entry::kDetached, std::memory_order_relaxed);
 	x->refs.store(0, std::memory_order_relaxed);
-	doomed_.push_back(x);
-}
-
-int Cache::sync_locked()
-{
-	check_fork_locked();
-	const uint64_t now = __atomic_load_n(gen_ptr_.load(std::memory_order_relaxed),
-					     __ATOMIC_ACQUIRE);
-	if (now == seen_gen_.load(std::memory_order_relaxed))
-		return 0;
-	uint64_t gen = 0;
-	const int rc = monitor_->drain(*this, &gen);
-	st_.drains++;
-	if (rc < 0) {
-		log(0, "cache %s: draining the monitor failed: %s; dropping every idle entry",
-		    name_.c_str(), strerror(-rc));
-		// We cannot tell what died: nothing idle may be trusted.
-		index_.for_each([&](Entry *x) {
-			x->invalid.store(true, std::memory_order_relaxed);
-			victims_.push_back(x);
-		});
-		gen = now;
-	}
-	st_.invalidations += victims_.size();
-	{
-		// Publish the new generation together with the removals: a hit
-		// that sees it also sees the victims gone.
-		ExclusiveGuard ex(lock_);
-		detach_excluded(victims_);
-		seen_gen_.store(gen, std::memory_order_relaxed);
-	}
-	return rc;
+	w.doomed.push(x);
 }
 
 long Cache::invalidate(void *addr, size_t len)
@@ -262,253 +344,363 @@ long Cache::invalidate(void *addr, size_t len)
 	uintptr_t s, e;
 	if (!page_range(addr, len, &s, &e))
 		return -EINVAL;
-	Lock lk(lock_.writer_mutex());
-	sync_locked();
-	invalidate_range(s, e);
-	const long n = long(victims_.size());
-	st_.invalidations += victims_.size();
-	detach_locked(victims_);
-	destroy_doomed(lk);
-	return n;
+	Writer w(*this);
+	sync(w);
+	DrainSink sink(*this);
+	sink.invalidate_range(s, e);
+	st_.invalidations += uint64_t(sink.count());
+	if (!sink.victims().empty()) {
+		ExclusiveGuard ex(lock_);
+		detach_excluded(w, sink.victims());
+	}
+	return sink.count();
 }
 
-// --- lookups and registration ---------------------------------------------------
+// --- lookups and misses --------------------------------------------------------------------
 
 int Cache::find(void *addr, size_t len, Entry **out)
 {
 	uintptr_t s, e;
 	if (!page_range(addr, len, &s, &e))
 		return -EINVAL;
-	Lock lk(lock_.writer_mutex());
-	sync_locked();
+	Writer w(*this);
+	sync(w);
 	Entry *x = index_.find_covering(s, e, [](const Entry *) { return true; });
-	if (x)
-		x->refs.fetch_add(1, std::memory_order_relaxed);
-	destroy_doomed(lk);
 	if (!x)
 		return -ENOENT;
+	x->refs.fetch_add(1, std::memory_order_relaxed);
 	*out = x;
 	return 0;
 }
 
+// A miss: plan what to register, prepare the entry (advice, watch, room),
+// register it with the lock dropped, then commit it (validate and index).
+// Each step says how it ended; the loop decides what comes next.
 int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
 {
-	Lock lk(lock_.writer_mutex());
+	Writer w(*this);
+	bool merge = true;
 	for (int attempt = 0;; attempt++) {
-		sync_locked();
+		sync(w);
 		auto has_access = [access](const Entry *c) { return (c->access & access) == access; };
 		if (Entry *x = index_.find_covering(s, e, has_access)) {
 			x->refs.fetch_add(1, std::memory_order_relaxed);
 			st_.hits_locked++;
-			destroy_doomed(lk);
 			*out = x;
 			return 0;
 		}
-		// An entry that overlaps the range but lacks access is replaced
-		// by one with the union of both ranges and both rights.
-		uintptr_t ps = s, pe = e;
-		uint32_t pacc = access;
-		Entry *upgraded = nullptr;
-		index_.for_each_overlapping(s, e, [&](Entry *y) {
-			if (!upgraded && (y->access & access) != access)
-				upgraded = y;
-		});
-		if (upgraded) {
-			ps = std::min(ps, upgraded->start);
-			pe = std::max(pe, upgraded->end);
-			pacc |= upgraded->access;
-			st_.upgrades++;
-		}
-		Entry *p = pool_.allocate();
-		if (!p) {
-			destroy_doomed(lk);
-			return -ENOMEM;
-		}
-		p->start = ps;
-		p->end = pe;
-		p->access = pacc;
-		p->refs.store(1, std::memory_order_relaxed);
-		p->state.store(Entry::kPending, std::memory_order_relaxed);
-		p->epoch = epoch_;
-		unindexed_.insert(p);
-		st_.misses++;
-		// Advise before watching: changing the VMA's flags can split a
-		// huge page mapping, which the kernel reports as a CLEAR of the
-		// range; done after the watch, it would invalidate this very
-		// registration every time.
-		if (fork_policy_ == MRN_FORK_DONTFORK &&
-		    madvise(reinterpret_cast<void *>(ps), pe - ps, MADV_DONTFORK) < 0)
-			log(1, "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s",
-			    name_.c_str(), ps, pe, strerror(errno));
-		// Watch first, pin second: an unmap that lands while we pin is
-		// then reported, and checked for below.
-		const int trc = monitor_->track(ps, pe, reinterpret_cast<uintptr_t>(p), &p->track_id);
-		if (trc == -EOPNOTSUPP) {
-			p->untracked = true;
-		} else if (trc < 0) {
-			log(1, "cache %s: the monitor cannot watch [%#" PRIxPTR ", %#" PRIxPTR "): %s",
-			    name_.c_str(), ps, pe, strerror(-trc));
-			release_pages_locked(p);
-			unindexed_.erase(p);
-			pool_.release(p);
-			destroy_doomed(lk);
-			return trc;
-		}
-		make_room_locked(pe - ps);
-		destroy_doomed(lk);
-		lk.unlock();
-		const int rc = register_entry(p);
-		lk.lock();
+		const MissPlan plan = plan_miss(s, e, access, merge);
+		Entry *p = nullptr;
+		int rc = prepare_entry(w, plan, &p);
+		if (rc < 0)
+			return rc;
+		rc = register_entry(w, p);
 		if (rc < 0) {
 			st_.reg_failures++;
-			if (p->epoch == epoch_)
-				release_pages_locked(p);
-			unindexed_.erase(p);
-			if (p->track_id)
-				monitor_->untrack(p->track_id);
-			if (p->epoch == epoch_)
-				pool_.release(p);
-			destroy_doomed(lk);
+			abandon_entry(w, p);
+			if (plan.merged) {
+				// The union may cover memory that is gone (unmapped,
+				// not yet drained): the request alone may still work.
+				merge = false;
+				continue;
+			}
 			return rc;
 		}
-		if (p->epoch != epoch_) {
-			// We forked while registering: this registration is
-			// the parent's. Start over in the child.
-			continue;
+		rc = commit_entry(w, p);
+		if (rc == 0) {
+			*out = p;
+			return 0;
 		}
-		pinned_bytes_ += p->length();
-		// Validate: did the pages change while we pinned them?
-		sync_locked();
-		if (p->invalid.load(std::memory_order_relaxed)) {
-			st_.retries++;
-			unindexed_.erase(p);
-			p->state.store(Entry::kDetached, std::memory_order_relaxed);
-			p->refs.store(0, std::memory_order_relaxed);
-			doomed_.push_back(p);
-			destroy_doomed(lk);
-			if (attempt + 1 >= kMaxRaceRetries) {
-				log(0, "cache %s: [%#" PRIxPTR ", %#" PRIxPTR ") was unmapped during each of %d registrations",
-				    name_.c_str(), ps, pe, kMaxRaceRetries);
-				return -EAGAIN;
-			}
-			continue;
+		if (rc == kRaced && attempt + 1 >= kMaxRaceRetries) {
+			log(0, "cache %s: [%#" PRIxPTR ", %#" PRIxPTR ") was unmapped during each of %d registrations",
+			    name_.c_str(), plan.start, plan.end, kMaxRaceRetries);
+			return -EAGAIN;
 		}
-		insert_locked(p);
-		if (upgraded) {
-			// The entry we upgraded is superseded: no new user gets it.
-			std::vector<Entry *> old;
-			index_.for_each_overlapping(ps, pe, [&](Entry *y) {
-				if (y != p && p->covers(y->start, y->end) &&
-				    (p->access & y->access) == y->access)
-					old.push_back(y);
-			});
-			detach_locked(old);
-		}
-		destroy_doomed(lk);
-		*out = p;
-		return 0;
 	}
 }
 
-int Cache::register_entry(Entry *p)
+// Entries the request overlaps merge into one registration, as in
+// ucs_rcache: a window sliding over a buffer pins each page once, and a hit
+// finds one entry however many ranges overlapped before. An entry that
+// covers the request but lacks access is replaced by one with both rights.
+// Adjacent entries are not merged: many small neighbouring buffers would
+// then re-register an ever larger region on each miss.
+Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const
 {
-	for (;;) {
-		const int rc = reg_(context_, reinterpret_cast<void *>(p->start), p->length(),
-				    p->access, p->payload());
-		if (rc == 0)
-			return 0;
-		if (rc != -ENOMEM && rc != -EAGAIN)
-			return rc > 0 ? -rc : rc;
-		// Out of resources: give back idle registrations and retry
-		// while there are any.
-		Lock lk(lock_.writer_mutex());
-		const size_t n = evict_locked(p->length(), 1);
-		destroy_doomed(lk);
-		if (n == 0)
+	MissPlan p{s, e, access, false, false};
+	if (!merge)
+		return p;
+	index_.for_each_overlapping(s, e, [&](Entry *y) {
+		if ((y->access & access) != access)
+			p.upgrade = true;
+		p.start = std::min(p.start, y->start);
+		p.end = std::max(p.end, y->end);
+		p.access |= y->access;
+		p.merged = true;
+	});
+	return p;
+}
+
+int Cache::prepare_entry(Writer &w, const MissPlan &plan, Entry **out)
+{
+	Entry *p = pool_.allocate();
+	if (!p)
+		return -ENOMEM;
+	p->start = plan.start;
+	p->end = plan.end;
+	p->access = plan.access;
+	p->refs.store(1, std::memory_order_relaxed);
+	p->state.store(Entry::kPending, std::memory_order_relaxed);
+	p->epoch = epoch_;
+	unindexed_.insert(p);
+	st_.misses++;
+	if (plan.upgrade)
+		st_.upgrades++;
+	else if (plan.merged)
+		st_.merges++;
+	// Advise before watching: changing the VMA's flags can split a huge
+	// page mapping, which the kernel reports as a CLEAR of the range; done
+	// after the watch, it would invalidate this very registration.
+	if (advise_dontfork_)
+		advise_entry(p);
+	if (!p->has(Entry::kUncached)) {
+		const int rc = track_entry(w, p);
+		if (rc < 0) {
+			log(1, "cache %s: the monitor cannot watch [%#" PRIxPTR ", %#" PRIxPTR "): %s",
+			    name_.c_str(), p->start, p->end, strerror(-rc));
+			abandon_entry(w, p);
 			return rc;
+		}
+	}
+	if (!p->has(Entry::kUncached) && over_limits(p->length())) {
+		uint64_t bytes = 0, entries = 0;
+		if (max_pinned_ && pinned_bytes_ + p->length() > max_pinned_)
+			bytes = pinned_bytes_ + p->length() - max_pinned_;
+		if (max_entries_ && index_.size() + 1 > max_entries_)
+			entries = index_.size() + 1 - max_entries_;
+		if (evict(w, bytes, entries))
+			destroy_doomed(w);
+		// Nothing idle to give back: use this registration uncached
+		// rather than grow past the limits.
+		if (over_limits(p->length()))
+			make_uncached(w, p);
+	}
+	*out = p;
+	return 0;
+}
+
+bool Cache::over_limits(size_t len) const
+{
+	return (max_pinned_ && pinned_bytes_ + len > max_pinned_) ||
+	       (max_entries_ && index_.size() + 1 > max_entries_);
+}
+
+void Cache::advise_entry(Entry *p)
+{
+	if (advised_ >= max_advised_) {
+		// Out of budget (see advised_entry_budget): uncached, so the
+		// advice, the pin and the mapping split last only while in use.
+		if (st_.advise_failures++ == 0)
+			log(0, "cache %s: %" PRIu64 " registrations carry MADV_DONTFORK, the most "
+			       "vm.max_map_count allows; further ones are not cached",
+			    name_.c_str(), advised_);
+		p->flags |= Entry::kUncached;
+		return;
+	}
+	if (madvise(reinterpret_cast<void *>(p->start), p->length(), MADV_DONTFORK) < 0) {
+		if (st_.advise_failures++ == 0)
+			log(0, "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s; "
+			       "such registrations are not cached",
+			    name_.c_str(), p->start, p->end, strerror(errno));
+		p->flags |= Entry::kUncached;
+		return;
+	}
+	p->flags |= Entry::kAdvised;
+	advised_++;
+}
+
+int Cache::track_entry(Writer &w, Entry *p)
+{
+	for (int attempt = 0;; attempt++) {
+		const int rc = monitor_->track(p->start, p->end, reinterpret_cast<uintptr_t>(p),
+					       &p->track_id);
+		if (rc == 0) {
+			p->flags |= Entry::kTracked;
+			return 0;
+		}
+		if (rc == -EOPNOTSUPP) {
+			// Memory the monitor cannot watch (file-backed, or owned
+			// by another userfaultfd).
+			p->flags |= Entry::kUncached;
+			return 0;
+		}
+		if (rc != -ENOSPC && rc != -ENOMEM)
+			return rc;
+		// The kernel's caps or its memory: give back an idle entry and
+		// try again; failing that, use this registration uncached.
+		if (attempt >= kMaxTrackRetries || evict(w, 0, 1) == 0) {
+			p->flags |= Entry::kUncached;
+			return 0;
+		}
+		destroy_doomed(w);
 		st_.retries++;
 	}
 }
 
-void Cache::insert_locked(Entry *p)
+// p will not be kept once idle: stop watching it now.
+void Cache::make_uncached(Writer &w, Entry *p)
+{
+	p->flags |= Entry::kUncached;
+	if (!p->has(Entry::kTracked))
+		return;
+	monitor_->untrack(p->track_id);
+	p->track_id = 0;
+	p->flags &= uint8_t(~Entry::kTracked);
+	release_pages(w, p);
+	// release_pages undid the advice too; keep it while in use.
+	if (p->has(Entry::kAdvised))
+		(void)madvise(reinterpret_cast<void *>(p->start), p->length(), MADV_DONTFORK);
+}
+
+int Cache::register_entry(Writer &w, Entry *p)
+{
+	for (;;) {
+		w.lock().unlock();
+		const int rc = reg_(context_, reinterpret_cast<void *>(p->start), p->length(),
+				    p->access, p->payload());
+		w.lock().lock();
+		if (rc == 0)
+			return 0;
+		const int err = rc > 0 ? -rc : rc;
+		if (err != -ENOMEM && err != -EAGAIN)
+			return err;
+		// Out of resources: give back idle registrations and retry
+		// while there are any.
+		if (evict(w, p->length(), 1) == 0)
+			return err;
+		destroy_doomed(w);
+		st_.retries++;
+	}
+}
+
+// p is registered. Returns 0 when the caller may have it, kRaced when the
+// pages changed while we pinned them, kForked when we are now a forked
+// child and p is the parent's.
+int Cache::commit_entry(Writer &w, Entry *p)
+{
+	check_fork(w);
+	if (!owns(p))
+		return kForked;
+	pinned_bytes_ += p->length();
+	// Validate: did the pages change while we pinned them?
+	sync(w);
+	if (p->invalid.load(std::memory_order_relaxed)) {
+		st_.retries++;
+		unindexed_.erase(p);
+		p->state.store(Entry::kDetached, std::memory_order_relaxed);
+		p->refs.store(0, std::memory_order_relaxed);
+		w.doomed.push(p);
+		return kRaced;
+	}
+	if (!p->has(Entry::kUncached) && !monitor_->can_cache(p->start, p->end))
+		make_uncached(w, p);
+	if (p->has(Entry::kUncached)) {
+		// Never indexed: the caller's reference is the only one, and the
+		// entry dies at its put.
+		p->state.store(Entry::kDetached, std::memory_order_relaxed);
+		st_.uncached++;
+		return 0;
+	}
+	insert(w, p);
+	// Entries the new one covers, with no more rights, are superseded:
+	// no new user gets them.
+	EntryStack old;
+	index_.for_each_overlapping(p->start, p->end, [&](Entry *y) {
+		if (y != p && p->covers(y->start, y->end) && (p->access & y->access) == y->access)
+			old.push(y);
+	});
+	if (!old.empty()) {
+		ExclusiveGuard ex(lock_);
+		detach_excluded(w, old);
+	}
+	return 0;
+}
+
+// A registration that failed (or was never made): forget p.
+void Cache::abandon_entry(Writer &w, Entry *p)
+{
+	if (!owns(p))
+		return; // the parent's, in a forked child
+	unindexed_.erase(p);
+	if (p->has(Entry::kTracked))
+		monitor_->untrack(p->track_id);
+	release_pages(w, p);
+	pool_.release(p);
+}
+
+void Cache::insert(Writer &, Entry *p)
 {
 	unindexed_.erase(p);
 	// One reference for the index, one for the caller.
-	p->refs.store(2, std::memory_order_relaxed);
+	p->refs.store(Entry::kIndexRef + 1, std::memory_order_relaxed);
 	p->state.store(Entry::kIndexed, std::memory_order_relaxed);
-	p->last_use = lru_stamp();
+	p->last_use.store(lru_stamp(), std::memory_order_relaxed);
 	lru_tick_.fetch_add(1, std::memory_order_relaxed);
 	if (index_.insert_needs_growth()) {
 		ExclusiveGuard ex(lock_);
 		index_.grow();
+		evict_hand_ = 0;
 	}
 	// Hits may run meanwhile: the index publishes the slot last.
 	index_.insert(p);
 }
 
-// --- idle entries and limits -----------------------------------------------------
+// --- idle entries and limits -----------------------------------------------------------------
 
-void Cache::make_room_locked(size_t len)
+// The least recently used of the first kEvictSample idle entries within
+// kEvictScan slots of the clock hand, or nullptr.
+Entry *Cache::pick_victim()
 {
-	uint64_t bytes = 0, entries = 0;
-	if (max_pinned_ && pinned_bytes_ + len > max_pinned_)
-		bytes = pinned_bytes_ + len - max_pinned_;
-	if (max_entries_ && index_.size() + 1 > max_entries_)
-		entries = index_.size() + 1 - max_entries_;
-	if (bytes || entries)
-		evict_locked(bytes, entries);
+	Entry *best = nullptr;
+	uint64_t best_stamp = UINT64_MAX;
+	unsigned seen = 0;
+	index_.sweep(&evict_hand_, kEvictScan, [&](Entry *x) {
+		if (!x->is_idle() || x->has(Entry::kSelected))
+			return false;
+		const uint64_t t = x->last_use.load(std::memory_order_relaxed);
+		if (t < best_stamp) {
+			best = x;
+			best_stamp = t;
+		}
+		return ++seen >= kEvictSample;
+	});
+	return best;
 }
 
-size_t Cache::evict_locked(uint64_t bytes_needed, uint64_t entries_needed)
+size_t Cache::evict(Writer &w, uint64_t bytes_needed, uint64_t entries_needed)
 {
-	std::vector<Entry *> victims;
-	uint64_t bytes = 0;
-	auto idle = [](const Entry *x) {
-		return x->refs.load(std::memory_order_relaxed) == 1 &&
-		       x->state.load(std::memory_order_relaxed) == Entry::kIndexed;
-	};
-	for (int pass = 0; pass < 2 && (bytes < bytes_needed || victims.size() < entries_needed);
-	     pass++) {
-		if (lru_queue_.empty() || pass == 1) {
-			// (Re)build the candidate queue: the oldest idle entries,
-			// oldest at the back. Built in batches so that a cache
-			// at its limit does not scan everything on each miss.
-			lru_queue_.clear();
-			index_.for_each([&](Entry *x) {
-				if (idle(x))
-					lru_queue_.emplace_back(x->last_use, x);
-			});
-			const size_t keep = std::max<size_t>(64, lru_queue_.size() / 8);
-			if (lru_queue_.size() > keep) {
-				std::nth_element(lru_queue_.begin(), lru_queue_.begin() + keep,
-						 lru_queue_.end());
-				lru_queue_.resize(keep);
-			}
-			std::sort(lru_queue_.begin(), lru_queue_.end(),
-				  [](const auto &a, const auto &b) { return a.first > b.first; });
-		}
-		while (!lru_queue_.empty() &&
-		       (bytes < bytes_needed || victims.size() < entries_needed)) {
-			auto [stamp, x] = lru_queue_.back();
-			lru_queue_.pop_back();
-			// Skip candidates reused (or gone) since the queue was built.
-			if (!idle(x) || x->last_use != stamp ||
-			    std::find(victims.begin(), victims.end(), x) != victims.end())
-				continue;
-			victims.push_back(x);
-			bytes += x->length();
-		}
+	EntryStack victims;
+	uint64_t bytes = 0, chosen = 0;
+	while (bytes < bytes_needed || chosen < entries_needed) {
+		Entry *x = pick_victim();
+		if (!x)
+			break;
+		x->flags |= Entry::kSelected;
+		victims.push(x);
+		bytes += x->length();
+		chosen++;
 	}
-	if (victims.empty())
+	if (!chosen)
 		return 0;
 	size_t evicted = 0;
 	{
 		ExclusiveGuard ex(lock_);
-		for (Entry *x : victims) {
+		while (Entry *x = victims.pop()) {
+			x->flags &= uint8_t(~Entry::kSelected);
 			// Recheck with readers out: a hit may have taken it.
-			if (!idle(x))
+			if (!x->is_idle())
 				continue;
-			drop_idle_excluded(x);
+			drop_idle_excluded(w, x);
 			evicted++;
 		}
 	}
@@ -519,43 +711,39 @@ size_t Cache::evict_locked(uint64_t bytes_needed, uint64_t entries_needed)
 
 bool Cache::evict_one()
 {
-	Lock lk(lock_.writer_mutex());
-	sync_locked();
-	const bool any = evict_locked(0, 1) > 0;
-	destroy_doomed(lk);
-	return any;
+	Writer w(*this);
+	sync(w);
+	return evict(w, 0, 1) > 0;
 }
 
 long Cache::flush()
 {
-	Lock lk(lock_.writer_mutex());
-	sync_locked();
-	std::vector<Entry *> all;
+	Writer w(*this);
+	sync(w);
+	EntryStack idle;
 	index_.for_each([&](Entry *x) {
-		if (x->refs.load(std::memory_order_relaxed) == 1)
-			all.push_back(x);
+		if (x->is_idle())
+			idle.push(x);
 	});
 	long n = 0;
 	{
 		ExclusiveGuard ex(lock_);
-		for (Entry *x : all) {
-			if (x->refs.load(std::memory_order_relaxed) != 1)
+		while (Entry *x = idle.pop()) {
+			if (!x->is_idle())
 				continue;
-			drop_idle_excluded(x);
+			drop_idle_excluded(w, x);
 			n++;
 		}
 	}
 	st_.evictions += uint64_t(n);
-	lru_queue_.clear();
-	destroy_doomed(lk);
 	return n;
 }
 
 void Cache::put_slow(Entry *x, bool released)
 {
-	Lock lk(lock_.writer_mutex());
-	check_fork_locked();
-	if (x->epoch != epoch_) {
+	Writer w(*this);
+	check_fork(w);
+	if (!owns(x)) {
 		// A registration of the parent's, in a forked child: not ours to
 		// deregister or to free.
 		if (!released)
@@ -565,89 +753,91 @@ void Cache::put_slow(Entry *x, bool released)
 	if (released) {
 		// The fast path saw the last reference of a detached entry go.
 		unindexed_.erase(x);
-		doomed_.push_back(x);
-		destroy_doomed(lk);
+		w.doomed.push(x);
 		return;
 	}
-	x->last_use = lru_stamp();
+	x->last_use.store(lru_stamp(), std::memory_order_relaxed);
 	const uint32_t prev = x->refs.fetch_sub(1, std::memory_order_acq_rel);
 	if (prev == 1) {
 		unindexed_.erase(x);
-		doomed_.push_back(x);
-	} else if (prev == 2 && x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
+		w.doomed.push(x);
+	} else if (prev == Entry::kIndexRef + 1 &&
+		   x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
 		// Idle, and idle entries are not kept.
 		ExclusiveGuard ex(lock_);
-		if (x->refs.load(std::memory_order_relaxed) == 1)
-			drop_idle_excluded(x);
-	}
-	destroy_doomed(lk);
-}
-
-// --- teardown of entries -----------------------------------------------------------
-
-// Pages of x that no other live registration covers: their fork advice is
-// undone and the monitor may stop watching them.
-void Cache::release_pages_locked(const Entry *x)
-{
-	std::vector<std::pair<uintptr_t, uintptr_t>> covered;
-	auto note = [&](const Entry *y) {
-		if (y != x && y->overlaps(x->start, x->end))
-			covered.emplace_back(std::max(y->start, x->start), std::min(y->end, x->end));
-	};
-	index_.for_each_overlapping(x->start, x->end, note);
-	for (const Entry *y : unindexed_)
-		note(y);
-	std::sort(covered.begin(), covered.end());
-	uintptr_t cur = x->start;
-	auto release = [&](uintptr_t s, uintptr_t e) {
-		if (s >= e)
-			return;
-		if (fork_policy_ == MRN_FORK_DONTFORK)
-			(void)madvise(reinterpret_cast<void *>(s), e - s, MADV_DOFORK);
-		monitor_->release_range(s, e);
-	};
-	for (const auto &[s, e] : covered) {
-		release(cur, s);
-		cur = std::max(cur, e);
-	}
-	release(cur, x->end);
-}
-
-void Cache::destroy_doomed(Lock &lk)
-{
-	while (!doomed_.empty()) {
-		Entry *x = doomed_.back();
-		doomed_.pop_back();
-		destroy_one(lk, x);
+		if (x->is_idle())
+			drop_idle_excluded(w, x);
 	}
 }
 
-void Cache::destroy_one(Lock &lk, Entry *x)
+// --- teardown of entries -----------------------------------------------------------------
+
+// Pages of x that no other live entry with the same obligation covers get
+// their fork advice undone (kAdvised) and are no longer watched by monitors
+// that watch pages (kTracked). Allocates nothing.
+void Cache::release_pages(Writer &, const Entry *x)
 {
-	if (x->epoch != epoch_)
-		return; // the parent's, in a forked child
-	unindexed_.erase(x);
-	lk.unlock();
-	const int rc = dereg_(context_, x->payload());
-	lk.lock();
-	if (rc != 0)
-		log(0, "cache %s: deregistering [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s",
-		    name_.c_str(), x->start, x->end, strerror(rc < 0 ? -rc : rc));
-	if (x->epoch != epoch_)
-		return;
-	pinned_bytes_ -= x->length();
-	if (x->track_id)
-		monitor_->untrack(x->track_id);
-	release_pages_locked(x);
-	pool_.release(x);
+	for (const Entry::Flags duty : {Entry::kAdvised, Entry::kTracked}) {
+		if (!x->has(duty))
+			continue;
+		uintptr_t cur = x->start;
+		while (cur < x->end) {
+			// The first page from cur on that another entry with this
+			// duty covers, and where that entry ends.
+			uintptr_t cov_s = x->end, cov_e = x->end;
+			auto note = [&](const Entry *y) {
+				if (y == x || !y->has(duty) || !y->overlaps(cur, x->end))
+					return;
+				const uintptr_t ys = std::max(y->start, cur);
+				if (ys < cov_s || (ys == cov_s && y->end > cov_e)) {
+					cov_s = ys;
+					cov_e = y->end;
+				}
+			};
+			index_.for_each_overlapping(cur, x->end, note);
+			unindexed_.for_each(note);
+			if (cur < cov_s) {
+				if (duty == Entry::kAdvised)
+					(void)madvise(reinterpret_cast<void *>(cur), cov_s - cur,
+						      MADV_DOFORK);
+				else
+					monitor_->release_range(cur, cov_s);
+			}
+			cur = std::max(cov_s, std::min(cov_e, x->end));
+		}
+	}
 }
 
-// --- statistics ----------------------------------------------------------------------
+void Cache::destroy_doomed(Writer &w)
+{
+	while (Entry *x = w.doomed.pop()) {
+		if (!owns(x))
+			continue; // the parent's, in a forked child
+		MRN_ASSERT(x->refs.load(std::memory_order_relaxed) == 0);
+		w.lock().unlock();
+		const int rc = dereg_(context_, x->payload());
+		w.lock().lock();
+		if (rc != 0)
+			log(0, "cache %s: deregistering [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s",
+			    name_.c_str(), x->start, x->end, strerror(rc < 0 ? -rc : rc));
+		if (forked_ || !owns(x))
+			continue;
+		pinned_bytes_ -= x->length();
+		if (x->has(Entry::kTracked))
+			monitor_->untrack(x->track_id);
+		release_pages(w, x);
+		if (x->has(Entry::kAdvised))
+			advised_--;
+		pool_.release(x);
+	}
+}
+
+// --- statistics ----------------------------------------------------------------------------
 
 void Cache::stats(mrn_stats *o)
 {
-	Lock lk(lock_.writer_mutex());
-	check_fork_locked();
+	Writer w(*this);
+	check_fork(w);
 	*o = mrn_stats{};
 	uint64_t hits = st_.hits_locked;
 	for (const auto &h : hits_)
@@ -663,39 +853,45 @@ void Cache::stats(mrn_stats *o)
 	o->pinned_bytes = pinned_bytes_;
 	o->entries = index_.size();
 	index_.for_each([&](Entry *x) {
-		if (x->refs.load(std::memory_order_relaxed) == 1)
+		if (x->is_idle())
 			o->idle_entries++;
 	});
-	for (const Entry *x : unindexed_)
+	unindexed_.for_each([&](Entry *x) {
 		if (x->state.load(std::memory_order_relaxed) == Entry::kDetached)
 			o->in_use_detached++;
+	});
+	o->uncached = st_.uncached;
+	o->merges = st_.merges;
+	o->drain_failures = st_.drain_failures;
+	o->fork_advice_failures = st_.advise_failures;
 }
 
 void Cache::print_stats()
 {
-	Lock lk(lock_.writer_mutex());
-	check_fork_locked();
-	print_stats_locked();
+	Writer w(*this);
+	check_fork(w);
+	print_stats(w);
 }
 
-void Cache::print_stats_locked()
+void Cache::print_stats(Writer &)
 {
 	uint64_t hits = st_.hits_locked;
 	for (const auto &h : hits_)
 		hits += h.n.load(std::memory_order_relaxed);
 	std::fprintf(stderr,
 		     "libmrnotify: cache %s (monitor %s): hits %" PRIu64 " misses %" PRIu64
-		     " upgrades %" PRIu64 " evictions %" PRIu64 " invalidations %" PRIu64
-		     " drains %" PRIu64 " retries %" PRIu64 " failures %" PRIu64
-		     " entries %zu pinned_bytes %" PRIu64 "\n",
+		     " merges %" PRIu64 " upgrades %" PRIu64 " evictions %" PRIu64
+		     " invalidations %" PRIu64 " drains %" PRIu64 " retries %" PRIu64
+		     " failures %" PRIu64 " uncached %" PRIu64 " entries %zu pinned_bytes %" PRIu64
+		     "\n",
 		     name_.c_str(), mrn_monitor_to_string(monitor_kind_), hits, st_.misses,
-		     st_.upgrades, st_.evictions, st_.invalidations, st_.drains, st_.retries,
-		     st_.reg_failures, index_.size(), pinned_bytes_);
+		     st_.merges, st_.upgrades, st_.evictions, st_.invalidations, st_.drains,
+		     st_.retries, st_.reg_failures, st_.uncached, index_.size(), pinned_bytes_);
 }
 
 size_t Cache::bytes_per_entry()
 {
-	Lock lk(lock_.writer_mutex());
+	Writer w(*this);
 	const size_t n = pool_.blocks_in_use();
 	if (n == 0)
 		return 0;

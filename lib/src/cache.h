@@ -3,8 +3,24 @@
 // The registration cache. Hits run under the shared side of CacheLock and
 // cost: one acquire load of the monitor's generation, one hash probe, one
 // atomic increment of the entry's reference count. Everything else (misses,
-// drains, evictions) runs under the writer mutex, and whatever removes an
-// entry from the index or frees one also excludes readers.
+// drains, evictions) runs in a writer section (the writer mutex), and
+// whatever removes an entry from the index or frees one also excludes
+// readers.
+//
+// Fork. Registrations are never inherited:
+//  - before fork (fork.cc, pthread_atfork) every cache's writer mutex is
+//    taken, so no cache is caught half-modified;
+//  - in the parent, the mutexes are released: nothing else changes;
+//  - in the child, fork_child() voids the reader records of the threads
+//    that were not copied, points the hit path at a generation no drain
+//    returns (so the next get() takes the slow path) and marks the cache
+//    forked; the first writer section then forgets every entry (they are
+//    the parent's: owns() is false for them, so they are never
+//    deregistered or freed here), abandons the parent's monitor without
+//    touching it, and opens a monitor of its own.
+// With the fork policy `dontfork` in force (kernels that do not keep pinned
+// pages with the parent across fork), registered pages are not even mapped
+// in the child.
 #ifndef MRN_CACHE_H
 #define MRN_CACHE_H
 
@@ -20,13 +36,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
-#include <utility>
-#include <vector>
 
 namespace mrn {
 
-class Cache final : private InvalidationSink {
+class Cache final {
 public:
 	// Opens the monitor; tests pass their own.
 	using MonitorFactory = std::function<int(std::unique_ptr<Monitor> *, std::string *)>;
@@ -44,8 +57,7 @@ public:
 			return -EINVAL;
 		{
 			SharedGuard g(lock_);
-			const uint64_t *gen = gen_ptr_.load(std::memory_order_relaxed);
-			if (__atomic_load_n(gen, __ATOMIC_ACQUIRE) ==
+			if (load_generation(gen_ptr_.load(std::memory_order_relaxed)) ==
 			    seen_gen_.load(std::memory_order_relaxed)) {
 				Entry *x = index_.find_covering(s, e, [access](const Entry *c) {
 					return (c->access & access) == access;
@@ -63,10 +75,10 @@ public:
 
 	void put(Entry *x)
 	{
-		if (keep_idle_ && !x->untracked) {
+		if (keep_idle_) {
 			// Stamp before letting go: once our reference is gone the
 			// entry may be freed.
-			x->last_use = lru_stamp();
+			x->last_use.store(lru_stamp(), std::memory_order_relaxed);
 			if (x->refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
 				return;
 			put_slow(x, true);
@@ -82,10 +94,11 @@ public:
 	void stats(mrn_stats *out);
 	void print_stats();
 	mrn_monitor_t monitor_kind() const { return monitor_kind_; }
+	mrn_fork_policy_t fork_policy() const { return fork_policy_; }
 	size_t bytes_per_entry();
 	const std::string &name() const { return name_; }
 
-	// pthread_atfork handlers (see fork.cc).
+	// pthread_atfork handlers (see the fork section above and fork.cc).
 	void fork_prepare() { lock_.writer_mutex().lock(); }
 	void fork_parent() { lock_.writer_mutex().unlock(); }
 	void fork_child();
@@ -98,8 +111,9 @@ public:
 	Cache(Key, const mrn_config &config, MonitorFactory open);
 
 private:
-	int open_monitor_locked();
-	void print_stats_locked();
+	class Writer;
+	class DrainSink;
+	struct MissPlan;
 
 	bool page_range(void *addr, size_t len, uintptr_t *s, uintptr_t *e) const
 	{
@@ -118,10 +132,6 @@ private:
 		auto &h = hits_[idx < kMaxReaderRecords ? idx : kMaxReaderRecords].n;
 		h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 	}
-
-	int get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out);
-	// released: the fast path dropped the last reference already.
-	void put_slow(Entry *x, bool released);
 	// LRU order: the tick (moved by misses and evictions) first, then the
 	// releasing thread's own sequence. Entries released by different
 	// threads between the same two misses are ordered arbitrarily.
@@ -130,25 +140,37 @@ private:
 		return lru_tick_.load(std::memory_order_relaxed) << 32 |
 		       ReaderRecords::next_sequence();
 	}
-	int register_entry(Entry *p);
+	// Entries made before a fork are the parent's: never ours to
+	// deregister or free.
+	bool owns(const Entry *x) const { return x->epoch == epoch_; }
 
-	// Everything below runs with the writer mutex held (`_locked`).
-	using Lock = std::unique_lock<std::mutex>;
-	void check_fork_locked();
-	int sync_locked();
-	void invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t start,
-			       uintptr_t end) override;
-	void invalidate_range(uintptr_t start, uintptr_t end) override;
-	void detach_locked(std::vector<Entry *> &victims);
-	void detach_excluded(std::vector<Entry *> &victims);
-	void drop_idle_excluded(Entry *x);
-	size_t evict_locked(uint64_t bytes_needed, uint64_t entries_needed);
-	void make_room_locked(size_t len);
-	void insert_locked(Entry *p);
-	void release_pages_locked(const Entry *x);
-	// Deregisters and frees the doomed entries; drops the lock meanwhile.
-	void destroy_doomed(Lock &lk);
-	void destroy_one(Lock &lk, Entry *x);
+	int get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out);
+	// released: the fast path dropped the last reference already.
+	void put_slow(Entry *x, bool released);
+
+	// The steps of a miss (see get_slow).
+	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const;
+	int prepare_entry(Writer &w, const MissPlan &plan, Entry **out);
+	int register_entry(Writer &w, Entry *p);
+	int commit_entry(Writer &w, Entry *p);
+	void abandon_entry(Writer &w, Entry *p);
+
+	// Everything below runs in a writer section.
+	int open_monitor(Writer &w);
+	void check_fork(Writer &w);
+	int sync(Writer &w);
+	int track_entry(Writer &w, Entry *p);
+	void advise_entry(Entry *p);
+	void make_uncached(Writer &w, Entry *p);
+	void detach_excluded(Writer &w, EntryStack &victims);
+	void drop_idle_excluded(Writer &w, Entry *x);
+	size_t evict(Writer &w, uint64_t bytes_needed, uint64_t entries_needed);
+	Entry *pick_victim();
+	bool over_limits(size_t len) const;
+	void insert(Writer &w, Entry *p);
+	void release_pages(Writer &w, const Entry *x);
+	void destroy_doomed(Writer &w);
+	void print_stats(Writer &w);
 
 	std::string name_;
 	mrn_register_fn reg_;
@@ -158,7 +180,9 @@ private:
 	bool leave_pinned_;
 	uint64_t max_pinned_;
 	uint64_t max_entries_;
-	mrn_fork_policy_t fork_policy_;
+	mrn_fork_policy_t fork_policy_;	// as configured (auto resolved below)
+	bool advise_dontfork_;		// the policy in force
+	uint64_t max_advised_;		// advised entries before mappings run out
 	bool print_stats_;
 	uintptr_t page_mask_;
 	MonitorFactory open_monitor_;
@@ -180,24 +204,27 @@ private:
 	std::unique_ptr<Monitor> monitor_;
 	mrn_monitor_t monitor_kind_ = MRN_MONITOR_NONE;
 	EntryPool pool_;
-	// Live entries the index does not hold: being registered, or
-	// detached while still in use. Their pages are still pinned.
-	std::unordered_set<Entry *> unindexed_;
-	std::vector<Entry *> victims_;	// found by a drain
-	std::vector<Entry *> doomed_;	// to deregister and free
-	std::vector<std::pair<uint64_t, Entry *>> lru_queue_; // eviction candidates, oldest last
+	// Live entries the index does not hold: being registered, detached
+	// while still in use, or uncached. Their pages are still pinned.
+	EntryList unindexed_;
+	size_t evict_hand_ = 0;
+	uint64_t advised_ = 0;
 	uint8_t epoch_ = 0;
 	bool forked_ = false;
 	uint64_t pinned_bytes_ = 0;
 	struct {
 		uint64_t misses = 0, upgrades = 0, evictions = 0, invalidations = 0;
 		uint64_t drains = 0, retries = 0, reg_failures = 0, hits_locked = 0;
+		uint64_t uncached = 0, merges = 0, drain_failures = 0, advise_failures = 0;
 	} st_;
 };
 
 // Registry of live caches for pthread_atfork.
 void register_for_fork(Cache *c);
 void unregister_for_fork(Cache *c);
+
+// What MRN_FORK_AUTO means on the running kernel.
+mrn_fork_policy_t resolve_fork_policy(mrn_fork_policy_t configured);
 
 } // namespace mrn
 

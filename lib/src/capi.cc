@@ -16,13 +16,22 @@ const Cache *impl(const mrn_cache_t *c) { return reinterpret_cast<const Cache *>
 Entry *impl(mrn_entry_t *e) { return reinterpret_cast<Entry *>(e); }
 const Entry *impl(const mrn_entry_t *e) { return reinterpret_cast<const Entry *>(e); }
 
-template <typename F> auto guarded(F f, decltype(f()) on_oom) -> decltype(f())
+// No exception may cross into C: out of memory becomes -ENOMEM (or the
+// given value), anything else (a bug of ours, or a system_error) -EIO.
+template <typename F> auto guarded(F f, decltype(f()) on_oom, decltype(f()) on_error = -EIO)
+	-> decltype(f())
 {
 	try {
 		return f();
 	} catch (const std::bad_alloc &) {
 		mrn::log(0, "out of memory");
 		return on_oom;
+	} catch (const std::exception &e) {
+		mrn::log(0, "internal error: %s", e.what());
+		return on_error;
+	} catch (...) {
+		mrn::log(0, "internal error");
+		return on_error;
 	}
 }
 
@@ -54,8 +63,9 @@ extern "C" int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **c
 
 extern "C" void mrn_cache_destroy(mrn_cache_t *cache)
 {
-	// unique_ptr of nullptr is a no-op, as free(NULL) is.
-	std::unique_ptr<Cache> owned(impl(cache));
+	// delete of nullptr is a no-op, as free(NULL) is. ~Cache allocates
+	// nothing and throws nothing.
+	delete impl(cache);
 }
 
 extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access,
@@ -83,7 +93,7 @@ extern "C" void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry)
 			impl(cache)->put(impl(entry));
 			return 0;
 		},
-		0);
+		0, 0);
 }
 
 extern "C" int mrn_find(mrn_cache_t *cache, void *addr, size_t len, mrn_entry_t **entry)
@@ -127,7 +137,7 @@ extern "C" int mrn_evict_one(mrn_cache_t *cache)
 {
 	if (!cache)
 		return 0;
-	return guarded([&] { return impl(cache)->evict_one() ? 1 : 0; }, 0);
+	return guarded([&] { return impl(cache)->evict_one() ? 1 : 0; }, 0, 0);
 }
 
 extern "C" long mrn_flush(mrn_cache_t *cache)
@@ -139,7 +149,7 @@ extern "C" long mrn_flush(mrn_cache_t *cache)
 
 extern "C" mrn_monitor_t mrn_cache_monitor(const mrn_cache_t *cache)
 {
-	return impl(cache)->monitor_kind();
+	return cache ? impl(cache)->monitor_kind() : MRN_MONITOR_NONE;
 }
 
 extern "C" int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size)
@@ -154,9 +164,21 @@ extern "C" int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size
 		-ENOMEM);
 }
 
-extern "C" void mrn_cache_print_stats(mrn_cache_t *cache) { impl(cache)->print_stats(); }
+extern "C" void mrn_cache_print_stats(mrn_cache_t *cache)
+{
+	if (!cache)
+		return;
+	guarded(
+		[&] {
+			impl(cache)->print_stats();
+			return 0;
+		},
+		0, 0);
+}
 
 extern "C" size_t mrn_cache_bytes_per_entry(mrn_cache_t *cache)
 {
-	return impl(cache)->bytes_per_entry();
+	if (!cache)
+		return 0;
+	return guarded([&] { return impl(cache)->bytes_per_entry(); }, size_t(0), size_t(0));
 }

@@ -91,7 +91,22 @@ extern "C" int mrn_fork_policy_from_string(const char *s, mrn_fork_policy_t *out
 		return *out = MRN_FORK_DONTFORK, 0;
 	if (!strcasecmp(s, "none"))
 		return *out = MRN_FORK_NONE, 0;
+	if (!strcasecmp(s, "auto"))
+		return *out = MRN_FORK_AUTO, 0;
 	return -EINVAL;
+}
+
+extern "C" const char *mrn_fork_policy_to_string(mrn_fork_policy_t p)
+{
+	switch (p) {
+	case MRN_FORK_DONTFORK:
+		return "dontfork";
+	case MRN_FORK_NONE:
+		return "none";
+	case MRN_FORK_AUTO:
+		return "auto";
+	}
+	return "unknown";
 }
 
 extern "C" int mrn_size_from_string(const char *s, uint64_t *out)
@@ -133,7 +148,7 @@ extern "C" int mrn_config_init(struct mrn_config *c)
 	*c = mrn_config{};
 	c->size = sizeof(*c);
 	c->monitor = MRN_MONITOR_AUTO;
-	c->fork_policy = MRN_FORK_DONTFORK;
+	c->fork_policy = MRN_FORK_AUTO;
 	c->leave_pinned = 1;
 
 	const char *v;
@@ -147,7 +162,7 @@ extern "C" int mrn_config_init(struct mrn_config *c)
 	if ((v = getenv("MRNOTIFY_MAX_ENTRIES")) && !parse_uint(v, &c->max_entries))
 		return bad("MRNOTIFY_MAX_ENTRIES", v, "a count >= 0 (0: no limit)");
 	if ((v = getenv("MRNOTIFY_FORK")) && mrn_fork_policy_from_string(v, &c->fork_policy) < 0)
-		return bad("MRNOTIFY_FORK", v, "dontfork or none");
+		return bad("MRNOTIFY_FORK", v, "auto, dontfork or none");
 	if ((v = getenv("MRNOTIFY_VERBOSE"))) {
 		uint64_t n;
 		if (!parse_uint(v, &n) || n > 3)

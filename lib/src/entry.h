@@ -2,6 +2,8 @@
 #ifndef MRN_ENTRY_H
 #define MRN_ENTRY_H
 
+#include "debug.h"
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -11,36 +13,63 @@ namespace mrn {
 // One cached registration; the caller's payload follows it in memory.
 // Ranges are whole pages: a registration pins whole pages anyway, and page
 // alignment makes "overlap" and "shares a page" the same thing.
+//
+// Reference counts. `refs` counts the users, plus kIndexRef while the entry
+// is in the index:
+//   indexed, refs == kIndexRef      idle: the cache may evict it
+//   indexed, refs >  kIndexRef      in use
+//   detached, refs >= 1             in use, never handed out again
+//   detached, refs == 0             doomed: deregister and free
+// Hits add a reference without the writer mutex (readers are excluded only
+// while entries leave the index), so every transition out of "indexed"
+// happens with readers excluded.
 struct alignas(16) Entry {
 	enum State : uint8_t {
 		kPending,	// being registered, not yet visible to lookups
 		kIndexed,	// in the index: lookups can hand it out
 		kDetached,	// out of the index; freed when the last user puts it
 	};
+	// Writer-side facts about the entry (under the writer mutex).
+	enum Flags : uint8_t {
+		kTracked = 1,	 // the monitor watches it (untrack/release at the end)
+		kAdvised = 2,	 // its pages were advised MADV_DONTFORK
+		kUncached = 4,	 // never indexed: it lives only while in use
+		kSelected = 8,	 // chosen as an eviction victim in this pass
+	};
+	static constexpr uint32_t kIndexRef = 1;
 
 	uintptr_t start;
 	uintptr_t end;
-	// Users, plus one while indexed: 1 means "idle in the cache".
 	std::atomic<uint32_t> refs;
 	uint32_t access;
 	std::atomic<uint8_t> state;
 	// Set when the pages under it changed (monitor or caller): never
 	// handed out again, deregistered when the last user puts it.
 	std::atomic<bool> invalid;
-	// Fork epoch of the cache it was made in: a forked child never
-	// deregisters its parent's entries.
+	// Fork epoch of the cache it was made in (see Cache::owns).
 	uint8_t epoch;
-	// The monitor could not watch it: it is not kept once idle.
-	bool untracked;
+	uint8_t flags;
 	uint32_t reserved;
-	// When it last became idle (tick), for LRU eviction.
-	uint64_t last_use;
+	// When it last became idle (Cache::lru_stamp), for eviction. Written
+	// by put() without the writer mutex, hence atomic (relaxed).
+	std::atomic<uint64_t> last_use;
 	// The monitor's handle (kernel registration id).
 	uint64_t track_id;
+	// Intrusive links: the cache's list of live entries outside the index,
+	// or (next only) a writer's local list of victims or doomed entries.
+	// An entry is on at most one list at a time.
+	Entry *prev;
+	Entry *next;
 
 	size_t length() const { return end - start; }
 	bool covers(uintptr_t s, uintptr_t e) const { return start <= s && e <= end; }
 	bool overlaps(uintptr_t s, uintptr_t e) const { return start < e && s < end; }
+	bool has(Flags f) const { return (flags & f) != 0; }
+	bool is_idle() const
+	{
+		return refs.load(std::memory_order_relaxed) == kIndexRef &&
+		       state.load(std::memory_order_relaxed) == kIndexed;
+	}
 	void *payload() { return reinterpret_cast<unsigned char *>(this) + kPayloadOffset; }
 	const void *payload() const
 	{
@@ -51,10 +80,84 @@ struct alignas(16) Entry {
 		return reinterpret_cast<Entry *>(static_cast<unsigned char *>(p) - kPayloadOffset);
 	}
 
-	static constexpr size_t kPayloadOffset = 48;
+	static constexpr size_t kPayloadOffset = 64;
 };
 
 static_assert(sizeof(Entry) == Entry::kPayloadOffset, "payload follows the entry");
+
+// A singly linked list through Entry::next: victims found by a drain, or
+// entries to deregister. Pushing never allocates.
+class EntryStack {
+public:
+	EntryStack() = default;
+	EntryStack(const EntryStack &) = delete;
+	EntryStack &operator=(const EntryStack &) = delete;
+	bool empty() const { return head_ == nullptr; }
+	void push(Entry *x)
+	{
+		x->next = head_;
+		head_ = x;
+	}
+	Entry *pop()
+	{
+		Entry *x = head_;
+		if (x)
+			head_ = x->next;
+		return x;
+	}
+
+private:
+	Entry *head_ = nullptr;
+};
+
+// A doubly linked list through Entry::prev/next: the live entries the index
+// does not hold (being registered, detached while in use, uncached).
+class EntryList {
+public:
+	EntryList() = default;
+	EntryList(const EntryList &) = delete;
+	EntryList &operator=(const EntryList &) = delete;
+	void insert(Entry *x)
+	{
+		x->prev = nullptr;
+		x->next = head_;
+		if (head_)
+			head_->prev = x;
+		head_ = x;
+		size_++;
+	}
+	void erase(Entry *x)
+	{
+		MRN_ASSERT(size_ > 0);
+		if (x->prev)
+			x->prev->next = x->next;
+		else
+			head_ = x->next;
+		if (x->next)
+			x->next->prev = x->prev;
+		x->prev = x->next = nullptr;
+		size_--;
+	}
+	// fn may erase the entry it is given.
+	template <typename Fn> void for_each(Fn fn)
+	{
+		for (Entry *x = head_, *n; x; x = n) {
+			n = x->next;
+			fn(x);
+		}
+	}
+	size_t size() const { return size_; }
+	// Forgets every entry without touching them (a forked child).
+	void forget()
+	{
+		head_ = nullptr;
+		size_ = 0;
+	}
+
+private:
+	Entry *head_ = nullptr;
+	size_t size_ = 0;
+};
 
 } // namespace mrn
 

@@ -13,6 +13,16 @@
 
 namespace mrn {
 
+// The generation word is written by someone else (the kernel through the
+// status page, or the uffd monitor's thread) and only ever read here, always
+// with this acquire load: it pairs with the writer's release (the kernel's
+// smp_store_release, the uffd thread's __atomic_fetch_add) so that whoever
+// sees the new value also sees what the drain will report.
+inline uint64_t load_generation(const uint64_t *word)
+{
+	return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
+
 // What a drain reports: registrations by the cookie given to track(), or
 // address ranges (monitors that only know ranges).
 class InvalidationSink {
@@ -56,6 +66,12 @@ public:
 	// Report what became invalid since the last drain; returns the
 	// generation value that everything reported so far corresponds to.
 	virtual int drain(InvalidationSink &sink, uint64_t *generation) = 0;
+
+	// Called once [start, end) is registered (its pages pinned): may idle
+	// entries over it be kept? The uffd monitor says no for shared and
+	// file-backed pages, whose hole punches and truncations it never hears
+	// of; the cache then registers the range uncached.
+	virtual bool can_cache(uintptr_t start, uintptr_t end) { return (void)start, (void)end, true; }
 
 	// False: idle entries must not be kept (nothing would tell us if they
 	// went stale).

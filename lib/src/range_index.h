@@ -50,6 +50,17 @@ public:
 	// Calls fn(entry) once for each entry.
 	template <typename Fn> void for_each(Fn fn) const;
 
+	// A clock hand over the table, for eviction: calls fn(entry) for the
+	// entries filed in up to max_slots slots from *hand on (wrapping), each
+	// at the slot of its first chunk, until fn returns true, and leaves
+	// *hand after the last slot looked at. Table growth and erasure move
+	// slots, so an entry may be met twice or skipped in one round.
+	template <typename Fn> void sweep(size_t *hand, size_t max_slots, Fn fn) const;
+
+	// Drops the table without allocating a new one (teardown); the index
+	// must not be used afterwards.
+	void forget();
+
 	// The level for entries of len bytes: the smallest whose chunk (a page
 	// times 4^level) holds len. Public for tests.
 	unsigned level_of(size_t len) const
@@ -214,6 +225,18 @@ template <typename Fn> void RangeIndex::for_each_overlapping(uintptr_t s, uintpt
 			});
 		}
 	}
+}
+
+template <typename Fn> void RangeIndex::sweep(size_t *hand, size_t max_slots, Fn fn) const
+{
+	size_t i = *hand & mask_;
+	for (size_t k = 0; k < max_slots && k < capacity_; k++) {
+		const uint64_t w = slots_[i].load(std::memory_order_acquire);
+		i = (i + 1) & mask_;
+		if (w != 0 && !slot_second(w) && fn(slot_entry(w)))
+			break;
+	}
+	*hand = i;
 }
 
 template <typename Fn> void RangeIndex::for_each(Fn fn) const

@@ -2,11 +2,15 @@
 #include "reader_lock.h"
 
 #include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
-#include <vector>
 
 namespace mrn {
 
@@ -28,11 +32,13 @@ std::mutex &free_list_mutex()
 	return m;
 }
 
-std::vector<unsigned> &free_list()
-{
-	static std::vector<unsigned> v;
-	return v;
-}
+// Records given back by exited threads: a fixed stack, so that thread exit
+// never allocates.
+struct FreeRecords {
+	unsigned index[kMaxReaderRecords];
+	unsigned count;
+};
+FreeRecords free_records;
 
 } // namespace
 
@@ -43,40 +49,65 @@ bool ReaderRecords::asymmetric_ = register_membarrier();
 __thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec")));
 ReaderRecord ReaderRecords::records_[kMaxReaderRecords];
 
+// A thread whose record was given back at exit uses the overflow record.
+constexpr unsigned kExitedIndex = kMaxReaderRecords;
+
+pthread_key_t &exit_key()
+{
+	static pthread_key_t key;
+	static const int rc = pthread_key_create(&key, &ReaderRecords::release_index);
+	(void)rc; // without a key, records of exited threads are simply not reused
+	return key;
+}
+
 unsigned ReaderRecords::assign_index()
 {
-	thread_local Holder holder;
 	unsigned index = kMaxReaderRecords;
 	{
 		std::lock_guard<std::mutex> g(free_list_mutex());
-		auto &fl = free_list();
-		if (!fl.empty()) {
-			index = fl.back();
-			fl.pop_back();
+		if (free_records.count) {
+			index = free_records.index[--free_records.count];
 		} else if (high_water_.load(std::memory_order_relaxed) < kMaxReaderRecords) {
 			index = high_water_.load(std::memory_order_relaxed);
 			high_water_.store(index + 1, std::memory_order_release);
 		}
 	}
-	holder.index = index;
 	tls_reader.index_plus_one = index + 1;
+	// A pthread key rather than a thread_local object: its destructor runs
+	// after the thread's C++ thread_local destructors, which may still
+	// use a cache, and the state it leaves is plain __thread data that is
+	// never destroyed.
+	if (index < kMaxReaderRecords)
+		(void)pthread_setspecific(exit_key(), reinterpret_cast<void *>(uintptr_t(index) + 1));
 	return index;
 }
 
-ReaderRecords::Holder::~Holder()
+void ReaderRecords::release_index(void *value)
 {
-	tls_reader.index_plus_one = 0;
+	const unsigned index = unsigned(reinterpret_cast<uintptr_t>(value) - 1);
+	// Calls after this one (other key destructors) use the overflow record.
+	tls_reader.index_plus_one = kExitedIndex + 1;
 	if (index >= kMaxReaderRecords)
 		return;
+	records_[index].active.store(0, std::memory_order_release);
 	std::lock_guard<std::mutex> g(free_list_mutex());
-	free_list().push_back(index);
+	free_records.index[free_records.count++] = index;
 }
 
 void ReaderRecords::barrier_all_threads()
 {
-	if (asymmetric_ && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+	if (!asymmetric_) {
+		std::atomic_thread_fence(std::memory_order_seq_cst);
 		return;
-	std::atomic_thread_fence(std::memory_order_seq_cst);
+	}
+	// Readers rely on this barrier instead of a fence of their own: without
+	// it a writer could free what a reader is reading. It cannot fail once
+	// registered; if it does, stop rather than corrupt memory.
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+		std::fprintf(stderr, "libmrnotify: membarrier(PRIVATE_EXPEDITED) failed: %s\n",
+			     std::strerror(errno));
+		std::abort();
+	}
 }
 
 void ReaderRecords::reset_after_fork()
@@ -92,6 +123,7 @@ void ReaderRecords::reset_after_fork()
 void CacheLock::exclude_readers()
 {
 	writer_.store(true, std::memory_order_seq_cst);
+	// Paired with the readers' fence (or compiler barrier) in lock_shared.
 	ReaderRecords::barrier_all_threads();
 	const unsigned n = ReaderRecords::high_water();
 	for (unsigned i = 0; i < n; i++)
@@ -105,6 +137,47 @@ void CacheLock::wait_for_writer() const
 {
 	while (writer_.load(std::memory_order_acquire))
 		std::this_thread::yield();
+}
+
+// The overflow record counts sections of many threads, so it cannot hold a
+// thread's state: each thread adds kEntering while entering and kValidated
+// per validated section, and remembers how much in tls_reader.
+uint32_t CacheLock::lock_overflow()
+{
+	std::atomic<uint32_t> &o = ReaderRecords::overflow();
+	uint32_t &mine = tls_reader.overflow_state;
+	const uint32_t prev = mine;
+	if (prev >= kValidated) {
+		o.fetch_add(kValidated, std::memory_order_relaxed);
+		mine = prev + kValidated;
+		return prev;
+	}
+	if (prev == 0) {
+		o.fetch_add(kEntering, std::memory_order_seq_cst);
+		mine = kEntering;
+	}
+	// This thread has kEntering on the record: its own, or that of the
+	// section this one interrupted.
+	for (;;) {
+		if (!writer_.load(std::memory_order_seq_cst)) {
+			const uint32_t now = prev == 0 ? kValidated : kEntering + kValidated;
+			o.fetch_add(now - kEntering, std::memory_order_relaxed);
+			mine = now;
+			return prev;
+		}
+		o.fetch_sub(kEntering, std::memory_order_release);
+		mine = 0;
+		wait_for_writer();
+		o.fetch_add(kEntering, std::memory_order_seq_cst);
+		mine = kEntering;
+	}
+}
+
+void CacheLock::unlock_overflow(uint32_t prev)
+{
+	uint32_t &mine = tls_reader.overflow_state;
+	ReaderRecords::overflow().fetch_sub(mine - prev, std::memory_order_release);
+	mine = prev;
 }
 
 } // namespace mrn

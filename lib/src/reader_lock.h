@@ -15,6 +15,20 @@
 // Records are process-wide (one per thread, reused after a thread exits);
 // the writer flag is per cache. A writer of one cache also waits out the
 // short read sections of other caches, which is harmless.
+//
+// Read sections nest, so a signal handler may look up a cache while the
+// code it interrupted is inside a read section of the same thread. A record
+// holds 0 (no section), kEntering (the outermost section has announced
+// itself but not yet checked the writer flag) or kValidated times the
+// depth. A section nested in a validated one needs no check: the writer
+// waits for the outer one. A section nested in one that is still entering
+// checks for both, and when a writer is active it retreats for both (the
+// interrupted one re-checks when it resumes), so neither waits for a writer
+// that waits for it. Writers never run in signal handlers (a miss in a
+// handler takes the writer mutex: only hits are async-signal-safe).
+//
+// At thread exit a pthread key destructor gives the record back; calls made
+// after it (from other key destructors) share the overflow record.
 #ifndef MRN_READER_LOCK_H
 #define MRN_READER_LOCK_H
 
@@ -28,11 +42,14 @@ constexpr unsigned kMaxReaderRecords = 256;
 
 // Per-thread state read on every hit: __thread (no dynamic initialisation,
 // so no init wrapper) in the initial-exec model (one %fs-relative load, no
-// __tls_get_addr call). Eight bytes of the static TLS surplus.
+// __tls_get_addr call). Twelve bytes of the static TLS surplus.
 struct ReaderThreadState {
-	unsigned index_plus_one;
+	unsigned index_plus_one; // kExitedIndex + 1 once the thread exits
 	uint32_t sequence;
+	uint32_t overflow_state; // this thread's sections on the overflow record
 };
+constexpr uint32_t kEntering = 1;
+constexpr uint32_t kValidated = 2;
 extern __thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec")));
 
 struct alignas(64) ReaderRecord {
@@ -64,12 +81,13 @@ public:
 	static void reset_after_fork();
 
 private:
-	// Gives the record back when the thread exits.
-	struct Holder {
-		~Holder();
-		unsigned index = kMaxReaderRecords;
-	};
 	static unsigned assign_index();
+
+public:
+	// The pthread key destructor (thread exit).
+	static void release_index(void *);
+
+private:
 	static ReaderRecord records_[kMaxReaderRecords];
 	static std::atomic<uint32_t> overflow_;
 	static std::atomic<unsigned> high_water_;
@@ -78,36 +96,47 @@ private:
 
 class CacheLock {
 public:
-	void lock_shared(unsigned idx)
+	// Returns what unlock_shared() must restore.
+	uint32_t lock_shared(unsigned idx)
 	{
 		if (__builtin_expect(idx < kMaxReaderRecords, 1)) {
 			std::atomic<uint32_t> &a = ReaderRecords::record(idx).active;
+			// Only this thread (and its signal handlers) write it.
+			const uint32_t prev = a.load(std::memory_order_relaxed);
+			if (prev >= kValidated) {
+				a.store(prev + kValidated, std::memory_order_relaxed);
+				return prev;
+			}
 			for (;;) {
-				a.store(1, std::memory_order_relaxed);
+				a.store(kEntering, std::memory_order_relaxed);
+				// Paired with the writer's membarrier (or, without it,
+				// the fence in exclude_readers): either the writer
+				// sees this record active, or we see its flag.
 				if (ReaderRecords::asymmetric())
 					std::atomic_signal_fence(std::memory_order_seq_cst);
 				else
 					std::atomic_thread_fence(std::memory_order_seq_cst);
-				if (!writer_.load(std::memory_order_acquire))
-					return;
+				if (!writer_.load(std::memory_order_acquire)) {
+					a.store(kValidated, std::memory_order_relaxed);
+					return prev;
+				}
+				// Retreat (for the interrupted section too, if any)
+				// and wait; the release pairs with the writer's
+				// acquire load of the record.
 				a.store(0, std::memory_order_release);
 				wait_for_writer();
+				if (prev == kEntering)
+					a.store(kEntering, std::memory_order_relaxed);
 			}
 		}
-		for (;;) {
-			ReaderRecords::overflow().fetch_add(1, std::memory_order_seq_cst);
-			if (!writer_.load(std::memory_order_seq_cst))
-				return;
-			ReaderRecords::overflow().fetch_sub(1, std::memory_order_release);
-			wait_for_writer();
-		}
+		return lock_overflow();
 	}
-	void unlock_shared(unsigned idx)
+	void unlock_shared(unsigned idx, uint32_t prev)
 	{
 		if (__builtin_expect(idx < kMaxReaderRecords, 1))
-			ReaderRecords::record(idx).active.store(0, std::memory_order_release);
+			ReaderRecords::record(idx).active.store(prev, std::memory_order_release);
 		else
-			ReaderRecords::overflow().fetch_sub(1, std::memory_order_release);
+			unlock_overflow(prev);
 	}
 
 	// Writers hold writer_mutex(); work that readers may watch (inserting
@@ -120,6 +149,10 @@ public:
 
 private:
 	void wait_for_writer() const;
+	// Threads beyond the record table share a counter; the same nesting
+	// rules, with this thread's part kept in tls_reader.overflow_state.
+	uint32_t lock_overflow();
+	void unlock_overflow(uint32_t prev);
 
 	alignas(64) std::atomic<bool> writer_{false};
 	std::mutex writer_mutex_;
@@ -127,11 +160,11 @@ private:
 
 class SharedGuard {
 public:
-	explicit SharedGuard(CacheLock &l) : lock_(l), idx_(ReaderRecords::my_index())
+	explicit SharedGuard(CacheLock &l)
+		: lock_(l), idx_(ReaderRecords::my_index()), prev_(lock_.lock_shared(idx_))
 	{
-		lock_.lock_shared(idx_);
 	}
-	~SharedGuard() { lock_.unlock_shared(idx_); }
+	~SharedGuard() { lock_.unlock_shared(idx_, prev_); }
 	SharedGuard(const SharedGuard &) = delete;
 	SharedGuard &operator=(const SharedGuard &) = delete;
 	unsigned index() const { return idx_; }
@@ -139,6 +172,7 @@ public:
 private:
 	CacheLock &lock_;
 	unsigned idx_;
+	uint32_t prev_;
 };
 
 // Readers kept out for as long as it lives; the writer mutex must be held.

@@ -36,6 +36,9 @@ public:
 		std::lock_guard<std::mutex> g(m_);
 		if (fail_track)
 			return fail_track;
+		// The kernel's cap on registrations (ENOSPC).
+		if (max_tracked && tracked_.size() + dirty_.size() >= max_tracked)
+			return -ENOSPC;
 		*id = next_id_++;
 		tracked_[*id] = Reg{s, e, cookie};
 		return 0;
@@ -58,6 +61,9 @@ public:
 		std::vector<std::pair<uintptr_t, uintptr_t>> r;
 		{
 			std::lock_guard<std::mutex> g(m_);
+			// A failed drain leaves the dirty list as it was.
+			if (fail_drain)
+				return fail_drain;
 			d.swap(dirty_);
 			r.swap(ranges_);
 			*gen = __atomic_load_n(&gen_, __ATOMIC_ACQUIRE);
@@ -98,6 +104,8 @@ public:
 	}
 
 	int fail_track = 0;
+	int fail_drain = 0;
+	size_t max_tracked = 0;
 	std::atomic<int> drains{0};
 	bool abandoned = false;
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace mrn::test {
 namespace {
@@ -378,19 +379,21 @@ bool dontfork(const void *p)
 TEST_F(CacheTest, DontforkIsCountedPerPage)
 {
 	make();
-	Entry *a = get(0, 4 * page());	// pages 0-3
-	Entry *b = get(2, 4 * page());	// pages 2-5, overlapping
+	Entry *a = get(0, 4 * page()); // pages 0-3, held
+	Entry *b = get(2, 4 * page()); // merges: pages 0-5; a is detached, in use
+	EXPECT_EQ(addr(0), b->start);
 	EXPECT_TRUE(dontfork(at(0)));
 	EXPECT_TRUE(dontfork(at(5)));
-	cache->put(a);
+	cache->put(a); // a dies: b still covers its pages
+	EXPECT_TRUE(dontfork(at(0))) << "dropping a undid b's advice";
+	EXPECT_TRUE(dontfork(at(3)));
 	cache->put(b);
-	EXPECT_EQ(1, cache->invalidate(at(0), 1)); // drop a only
-	EXPECT_FALSE(dontfork(at(0)));
-	EXPECT_FALSE(dontfork(at(1)));
-	EXPECT_TRUE(dontfork(at(2))) << "dropping a undid b's advice";
-	EXPECT_TRUE(dontfork(at(5)));
+	Entry *c = get(8, 2 * page()); // held across the flush
 	cache->flush();
-	EXPECT_FALSE(dontfork(at(2)));
+	EXPECT_FALSE(dontfork(at(0)));
+	EXPECT_FALSE(dontfork(at(5)));
+	EXPECT_TRUE(dontfork(at(8)));
+	cache->put(c);
 }
 
 TEST_F(CacheTest, FailedRegistrationUndoesItsForkAdvice)
@@ -405,6 +408,112 @@ TEST_F(CacheTest, FailedRegistrationUndoesItsForkAdvice)
 	EXPECT_EQ(-EFAULT, cache->get(at(30), page(), 1, &e));
 	EXPECT_TRUE(advised_while_registering) << "advice must come before the pin";
 	EXPECT_FALSE(dontfork(at(30)));
+}
+
+// Merging (#10): a window slid page by page over a buffer used to leave one
+// entry per position, pinning each page up to 16 times, and a hit on the
+// newest window walked every older overlapping entry. Now each miss merges
+// what it overlaps.
+TEST_F(CacheTest, SlidingWindowMergesIntoOneEntry)
+{
+	make();
+	const size_t kWindow = 16, kSteps = 64;
+	for (size_t i = 0; i < kSteps; i++)
+		cache->put(get(i, kWindow * page()));
+	const mrn_stats s = stats();
+	const size_t touched = (kSteps - 1 + kWindow) * page();
+	EXPECT_LE(s.pinned_bytes, 2 * touched) << "pinned " << s.pinned_bytes / page() << " pages";
+	EXPECT_EQ(1u, s.entries);
+	EXPECT_EQ(kSteps - 1, s.merges);
+	// Every position is now a hit.
+	const uint64_t misses = s.misses;
+	for (size_t i = 0; i < kSteps; i++)
+		cache->put(get(i, kWindow * page()));
+	EXPECT_EQ(misses, stats().misses);
+}
+
+TEST_F(CacheTest, FailedUnionRetriesTheRequestAlone)
+{
+	make();
+	cache->put(get(0, 4 * page(), 0x1)); // pages 0-3, read only
+	// The union (pages 0-5) cannot be registered, the request (2-5) can.
+	regs.on_register = [&](const FakeReg &r) { return r.len > 4 * page() ? -EFAULT : 0; };
+	Entry *e = get(2, 4 * page(), 0x2);
+	ASSERT_NE(nullptr, e);
+	EXPECT_EQ(addr(2), e->start);
+	EXPECT_EQ(addr(6), e->end);
+	EXPECT_EQ(1u, stats().register_failures);
+	cache->put(e);
+}
+
+// A drain that fails must not lose an invalidation, also of an entry that is
+// being registered at that moment (#10).
+TEST_F(CacheTest, FailedDrainInvalidatesTheEntryBeingRegistered)
+{
+	make();
+	bool once = true;
+	regs.on_register = [&](const FakeReg &r) {
+		if (once) {
+			// The pages change while they are being pinned, and the
+			// next drain fails.
+			once = false;
+			mon->unmap(r.addr, r.addr + r.len);
+			mon->fail_drain = -EIO;
+		}
+		return 0;
+	};
+	Entry *e = get(3, page());
+	ASSERT_NE(nullptr, e);
+	EXPECT_EQ(2u, regs.registered) << "the registration that raced the unmap was kept";
+	EXPECT_EQ(2u, reg_of(e).serial);
+	EXPECT_EQ(1u, stats().drain_failures);
+	mon->fail_drain = 0;
+	cache->put(e);
+}
+
+// Bounded misses (#10): at the entry limit with every entry in use, a miss
+// registers uncached instead of scanning the cache or growing past it.
+TEST_F(CacheTest, AtTheLimitWithEverythingInUseMissesAreUncached)
+{
+	Options o;
+	o.max_entries = 100;
+	make(o);
+	std::vector<Entry *> held;
+	for (size_t i = 0; i < 100; i++)
+		held.push_back(get(2 * i, page()));
+	Entry *extra = get(300, page());
+	ASSERT_NE(nullptr, extra);
+	EXPECT_EQ(100u, stats().entries);
+	EXPECT_EQ(1u, stats().uncached);
+	const uint64_t before = regs.deregistered;
+	cache->put(extra); // not kept
+	EXPECT_EQ(before + 1, regs.deregistered);
+	for (Entry *x : held)
+		cache->put(x);
+	// Now there is room to take back: the next miss evicts one.
+	cache->put(get(302, page()));
+	EXPECT_EQ(1u, stats().evictions);
+	EXPECT_EQ(1u, stats().uncached);
+}
+
+// The kernel's cap on registrations (ENOSPC from REGISTER) leads to
+// evicting and retrying, then to an uncached registration (#10).
+TEST_F(CacheTest, KernelOutOfRoomEvictsThenRegistersUncached)
+{
+	make();
+	mon->max_tracked = 2;
+	cache->put(get(0, page()));
+	cache->put(get(2, page()));
+	Entry *c = get(4, page()); // evicts an idle entry to make room
+	ASSERT_NE(nullptr, c);
+	EXPECT_EQ(1u, stats().evictions);
+	EXPECT_EQ(0u, stats().uncached);
+	Entry *d = get(6, page()); // evicts the other one
+	Entry *e = get(8, page()); // nothing idle: uncached
+	ASSERT_NE(nullptr, e);
+	EXPECT_EQ(1u, stats().uncached);
+	for (Entry *x : {c, d, e})
+		cache->put(x);
 }
 
 TEST_F(CacheTest, ForkPolicyNoneLeavesPagesForkable)

@@ -46,7 +46,7 @@ TEST(Config, Defaults)
 	EXPECT_EQ(sizeof(c), c.size);
 	EXPECT_EQ(MRN_MONITOR_AUTO, c.monitor);
 	EXPECT_EQ(1, c.leave_pinned);
-	EXPECT_EQ(MRN_FORK_DONTFORK, c.fork_policy);
+	EXPECT_EQ(MRN_FORK_AUTO, c.fork_policy);
 	EXPECT_EQ(0u, c.max_pinned_bytes);
 }
 
