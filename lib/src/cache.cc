@@ -263,8 +263,11 @@ void Cache::check_fork(Writer &w)
 	evict_hand_ = 0;
 	epoch_++;
 	if (monitor_) {
+		// Abandoned, not destroyed: another thread of the parent may have
+		// been changing it when we forked, and its destructor would act
+		// on that state (free it, join a thread that is not here).
 		monitor_->abandon_after_fork();
-		monitor_.reset();
+		(void)monitor_.release();
 	}
 	if (open_monitor(w) < 0) {
 		// Without a monitor the child can still register, just not cache.

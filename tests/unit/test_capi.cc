@@ -4,6 +4,7 @@
 #include "mrnotify.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -238,21 +239,6 @@ protected:
 		EXPECT_EQ(0, mrn_cache_stats(cache, &s, sizeof(s)));
 		return s;
 	}
-	// The uffd monitor's window: the kernel lets the unmapping thread go
-	// as soon as the monitor thread has read the event, a moment before
-	// the cache's counter moves. So the invalidation is asserted to arrive
-	// within a bound, not before the unmap returns (the kernel monitor's
-	// guarantee, tested in the guest).
-	int use_after_invalidation(char *p, size_t len, int stale_serial)
-	{
-		const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-		int serial;
-		while ((serial = use(p, len)) == stale_serial &&
-		       std::chrono::steady_clock::now() < deadline)
-			std::this_thread::sleep_for(std::chrono::milliseconds(1));
-		return serial;
-	}
-
 	Books books;
 	mrn_cache_t *cache = nullptr;
 	char *mem = nullptr;
@@ -271,7 +257,7 @@ TEST_F(Uffd, MunmapAndRemapInvalidates)
 	ASSERT_EQ(0, munmap(mem + kPage, kPage));
 	ASSERT_EQ(mem + kPage, mmap(mem + kPage, kPage, PROT_READ | PROT_WRITE,
 				    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
-	EXPECT_EQ(2, use_after_invalidation(mem + kPage, kPage, 1));
+	EXPECT_EQ(2, use(mem + kPage, kPage));
 	EXPECT_EQ(1u, stats().invalidations);
 }
 
@@ -279,7 +265,7 @@ TEST_F(Uffd, MadviseDontneedInvalidates)
 {
 	EXPECT_EQ(1, use(mem, 4 * kPage));
 	ASSERT_EQ(0, madvise(mem + 2 * kPage, kPage, MADV_DONTNEED));
-	EXPECT_EQ(2, use_after_invalidation(mem, 4 * kPage, 1));
+	EXPECT_EQ(2, use(mem, 4 * kPage));
 }
 
 TEST_F(Uffd, MprotectDoesNotInvalidate)
@@ -296,6 +282,62 @@ TEST_F(Uffd, UnmapOfOtherMemoryDoesNotInvalidate)
 	EXPECT_EQ(1, use(mem, kPage));
 	ASSERT_EQ(0, munmap(mem + 8 * kPage, kPage));
 	EXPECT_EQ(1, use(mem, kPage));
+}
+
+// No window (#10): a get() that starts after munmap() + mmap(), or after
+// mmap(MAP_FIXED) over the range, has returned never hits the old
+// registration. Before, 1 to 947 of 2,000 such gets did.
+TEST_F(Uffd, NoStaleHitAfterMunmapAndMmap)
+{
+	char *p = mem + kPage;
+	int stale = 0;
+	for (int i = 0; i < 2000; i++) {
+		const int before = use(p, kPage);
+		ASSERT_EQ(0, munmap(p, kPage));
+		ASSERT_EQ(p, mmap(p, kPage, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+		stale += use(p, kPage) == before;
+	}
+	EXPECT_EQ(0, stale) << "stale hits of 2000";
+}
+
+TEST_F(Uffd, NoStaleHitAfterMmapFixedOver)
+{
+	char *p = mem + 2 * kPage;
+	int stale = 0;
+	for (int i = 0; i < 2000; i++) {
+		const int before = use(p, 2 * kPage);
+		ASSERT_EQ(p, mmap(p, 2 * kPage, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+		stale += use(p, 2 * kPage) == before;
+	}
+	EXPECT_EQ(0, stale) << "stale hits of 2000";
+}
+
+// uffd never reports hole punches or truncation of shared memory: such
+// memory is registered uncached (#10). Before, every later get returned the
+// registration of the freed pages.
+TEST_F(Uffd, SharedMemoryIsNeverStale)
+{
+	const int fd = memfd_create("mrn-capi", 0);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, ftruncate(fd, 4 * kPage));
+	char *m = static_cast<char *>(
+		mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+	ASSERT_NE(MAP_FAILED, m);
+	memset(m, 1, 4 * kPage);
+	const int a = use(m, 4 * kPage);
+	ASSERT_EQ(0, fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4 * kPage));
+	memset(m, 2, 4 * kPage);
+	const int b = use(m, 4 * kPage);
+	EXPECT_NE(a, b) << "hole punch";
+	ASSERT_EQ(0, ftruncate(fd, 0));
+	ASSERT_EQ(0, ftruncate(fd, 4 * kPage));
+	memset(m, 3, 4 * kPage);
+	EXPECT_NE(b, use(m, 4 * kPage)) << "truncation";
+	EXPECT_EQ(3u, stats().uncached);
+	munmap(m, 4 * kPage);
+	close(fd);
 }
 
 TEST_F(Uffd, FileBackedMemoryIsNotKeptIdle)

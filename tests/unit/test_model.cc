@@ -5,13 +5,17 @@
 // per page, when it was last unmapped; every entry the cache hands out must
 // cover the request with the access asked for, and must have been
 // registered after the last unmap of each of its pages that finished before
-// the get began (a stale hit otherwise). At the end every registration was
-// deregistered exactly once and none while in use.
+// the get began (a stale hit otherwise), and must still be registered while
+// it is held. A fourth thread forks now and then: the child must find its
+// cache empty. Run with a kernel-like monitor (registrations by cookie) and
+// a uffd-like one (address ranges). At the end every registration was
+// deregistered exactly once.
 #include "cache_fixture.h"
 
 #include <array>
 #include <atomic>
 #include <random>
+#include <sys/wait.h>
 #include <thread>
 #include <vector>
 
@@ -44,12 +48,13 @@ private:
 	std::array<std::atomic<uint64_t>, kPages> last_unmap_{};
 };
 
-class ModelTest : public CacheTest {};
+class ModelTest : public CacheTest, public ::testing::WithParamInterface<bool> {};
 
-TEST_F(ModelTest, ConcurrentGetsPutsAndUnmapsAgreeWithTheModel)
+TEST_P(ModelTest, ConcurrentGetsPutsUnmapsAndForksAgreeWithTheModel)
 {
 	Options o;
 	o.max_entries = 64; // keep eviction busy too
+	o.range_mode = GetParam();
 	make(o);
 	Model model;
 	std::mutex unmap_mutex; // unmaps are serialised, as munmap is per page
@@ -88,6 +93,12 @@ TEST_F(ModelTest, ConcurrentGetsPutsAndUnmapsAgreeWithTheModel)
 					if (u && u <= started && made < u)
 						ok = false;
 				}
+				{
+					// Nothing is deregistered while in use.
+					std::lock_guard<std::mutex> g(regs.m);
+					if (!regs.live.count(reg_of(e).serial))
+						ok = false;
+				}
 				if (!ok)
 					failures++;
 				if (rng() % 4 == 0)
@@ -109,10 +120,31 @@ TEST_F(ModelTest, ConcurrentGetsPutsAndUnmapsAgreeWithTheModel)
 			std::this_thread::sleep_for(std::chrono::microseconds(20));
 		}
 	});
+	std::atomic<int> bad_children{0}, children{0};
+	std::thread forker([&] {
+		while (!stop.load()) {
+			const pid_t pid = fork();
+			if (pid == 0) {
+				mrn_stats s{};
+				cache->stats(&s);
+				_exit(s.entries == 0 && s.pinned_bytes == 0 ? 0 : 1);
+			}
+			int status = 0;
+			if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+			    WEXITSTATUS(status) != 0) {
+				bad_children++;
+				fprintf(stderr, "forked child: wait status %#x\n", status);
+			}
+			children++;
+			std::this_thread::sleep_for(std::chrono::milliseconds(5));
+		}
+	});
 	for (auto &t : threads)
 		t.join();
 	stop = true;
 	unmapper.join();
+	forker.join();
+	EXPECT_EQ(0, bad_children.load()) << "of " << children.load() << " forked children";
 	EXPECT_EQ(0u, failures.load());
 	EXPECT_EQ(kThreads * kOpsPerThread, ops.load());
 	const mrn_stats s = stats();
@@ -120,6 +152,11 @@ TEST_F(ModelTest, ConcurrentGetsPutsAndUnmapsAgreeWithTheModel)
 	EXPECT_GT(s.invalidations, 0u);
 	RecordProperty("hits", std::to_string(s.hits));
 }
+
+INSTANTIATE_TEST_SUITE_P(Monitors, ModelTest, ::testing::Values(false, true),
+			 [](const ::testing::TestParamInfo<bool> &i) {
+				 return i.param ? "RangeMonitor" : "KernelMonitor";
+			 });
 
 } // namespace
 } // namespace mrn::test
