@@ -5,7 +5,8 @@
 # available for installing packages):
 #   ./quickstart.sh demo   build, boot a guest kernel with mrnotify.ko and
 #                          Soft-RoCE, and show the cache at work
-#   ./quickstart.sh test   build and run every test: unit tests on the host,
+#   ./quickstart.sh test   build and run every test: unit tests on the host
+#                          (also under ThreadSanitizer and AddressSanitizer),
 #                          the guest tests (module + rxe), the benchmarks,
 #                          then distcheck
 # Each does its own set-up: missing Debian packages, autogen, configure, make.
@@ -63,6 +64,9 @@ run_tests() {
 	local status=0
 	say "unit tests (make check)"
 	make -j"$jobs" check || status=1
+	say "sanitizers (the unit tests under ThreadSanitizer, then AddressSanitizer + UBSan)"
+	"$top/tools/sanitizer-check.sh" thread "$build/sanitize-thread" || status=1
+	"$top/tools/sanitizer-check.sh" address "$build/sanitize-address" || status=1
 	say "guest tests (make check-guest: qemu, mrnotify.ko, Soft-RoCE)"
 	make check-guest || status=1
 	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
@@ -81,6 +85,7 @@ run_tests() {
 	say "summary"
 	shopt -s nullglob
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
+		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
 		tests/mca/api_*.log tests/mca/mpi_*.log \
 		tests/guest-results/[0-9]*.out || status=1
 	return $status

@@ -4,6 +4,8 @@
 #include "log.h"
 
 #include <cerrno>
+#include <cstring>
+#include <type_traits>
 #include <new>
 
 using mrn::Cache;
@@ -35,15 +37,27 @@ template <typename F> auto guarded(F f, decltype(f()) on_oom, decltype(f()) on_e
 	}
 }
 
+template <typename E> bool in_range(const E &field, E lowest, E highest)
+{
+	std::underlying_type_t<E> v;
+	static_assert(sizeof(v) == sizeof(field), "an enum is stored as its underlying type");
+	std::memcpy(&v, &field, sizeof(v));
+	return v >= std::underlying_type_t<E>(lowest) && v <= std::underlying_type_t<E>(highest);
+}
+
 } // namespace
 
 extern "C" int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **cache)
 {
 	if (!config || !cache || config->size < sizeof(mrn_config))
 		return -EINVAL;
-	if (int(config->monitor) < MRN_MONITOR_AUTO ||
-	    int(config->monitor) > MRN_MONITOR_EXTERNAL)
+	// A C caller can store any int in an enum field: read it as one
+	// (loading an out-of-range enum is undefined in C++).
+	if (!in_range(config->monitor, MRN_MONITOR_AUTO, MRN_MONITOR_EXTERNAL) ||
+	    !in_range(config->fork_policy, MRN_FORK_DONTFORK, MRN_FORK_AUTO)) {
+		mrn::log(0, "mrn_cache_create: unknown monitor or fork policy");
 		return -EINVAL;
+	}
 	return guarded(
 		[&] {
 			std::unique_ptr<Cache> c;

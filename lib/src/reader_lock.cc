@@ -20,6 +20,9 @@ long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 
 bool register_membarrier()
 {
+#ifdef MRN_TSAN
+	return false; // see MRN_TSAN in reader_lock.h
+#endif
 	const long cmds = membarrier(MEMBARRIER_CMD_QUERY);
 	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED))
 		return false;
@@ -97,7 +100,9 @@ void ReaderRecords::release_index(void *value)
 void ReaderRecords::barrier_all_threads()
 {
 	if (!asymmetric_) {
+#ifndef MRN_TSAN
 		std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
 		return;
 	}
 	// Readers rely on this barrier instead of a fence of their own: without
@@ -126,8 +131,13 @@ void CacheLock::exclude_readers()
 	// Paired with the readers' fence (or compiler barrier) in lock_shared.
 	ReaderRecords::barrier_all_threads();
 	const unsigned n = ReaderRecords::high_water();
+#ifdef MRN_TSAN
+	constexpr auto order = std::memory_order_seq_cst;
+#else
+	constexpr auto order = std::memory_order_acquire;
+#endif
 	for (unsigned i = 0; i < n; i++)
-		while (ReaderRecords::record(i).active.load(std::memory_order_acquire))
+		while (ReaderRecords::record(i).active.load(order))
 			std::this_thread::yield();
 	while (ReaderRecords::overflow().load(std::memory_order_acquire))
 		std::this_thread::yield();

@@ -125,6 +125,10 @@ TEST(Create, RejectsBadConfigurations)
 	cfg.payload_size = 8;
 	cfg.monitor = static_cast<mrn_monitor_t>(42);
 	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c));
+	cfg.monitor = MRN_MONITOR_NONE;
+	cfg.fork_policy = static_cast<mrn_fork_policy_t>(7);
+	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c));
+	cfg.fork_policy = MRN_FORK_AUTO;
 	cfg.monitor = MRN_MONITOR_KERNEL;
 	if (access("/dev/mrnotify", F_OK) != 0) {
 		EXPECT_EQ(-ENODEV, mrn_cache_create(&cfg, &c));

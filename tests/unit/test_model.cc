@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <random>
 #include <sys/wait.h>
 #include <thread>
@@ -66,7 +67,10 @@ TEST_P(ModelTest, ConcurrentGetsPutsUnmapsAndForksAgreeWithTheModel)
 	std::atomic<uint64_t> ops{0}, failures{0};
 
 	const int kThreads = 3;
-	const uint64_t kOpsPerThread = 400000; // 1.2 million operations in all
+	// 1.2 million operations in all; sanitizer builds run fewer
+	// (tools/sanitizer-check.sh sets MRN_MODEL_OPS_PER_THREAD).
+	const char *env_ops = getenv("MRN_MODEL_OPS_PER_THREAD");
+	const uint64_t kOpsPerThread = env_ops ? strtoull(env_ops, nullptr, 10) : 400000;
 	std::vector<std::thread> threads;
 	for (int t = 0; t < kThreads; t++) {
 		threads.emplace_back([&, t] {
