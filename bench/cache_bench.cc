@@ -4,7 +4,9 @@
 //  - hit latency (get + put) with 1e2, 1e4 and 1e6 cached entries,
 //    sequential and random order;
 //  - hit throughput with 1 and 2 threads;
-//  - miss overhead beyond the register function;
+//  - miss overhead beyond the register function, and at the entry limit
+//    with every entry in use;
+//  - a sliding window: pinned bytes, and the hit on its newest position;
 //  - memory per cached entry beyond the payload.
 // Both caches get the same dummy register function and the same ranges:
 // 4 KiB buffers at an 8 KiB stride (so that neither merges them) in one
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -202,6 +205,83 @@ double miss_overhead(size_t n)
 	return best - reg;
 }
 
+// A miss when the cache is at its entry limit with every entry in use (it
+// registers uncached: nothing may be evicted), against a miss with room, in
+// ns per get + put beyond the register function.
+void miss_at_limit(size_t n, size_t misses)
+{
+	Arena a(n + misses);
+	mrn_config c;
+	if (mrn_config_init(&c) < 0)
+		throw std::runtime_error("bad MRNOTIFY_* environment");
+	double with_room = 0, at_limit = 0;
+	for (bool full : {false, true}) {
+		Ours o;
+		o.cache.reset();
+		c.name = "bench-limit";
+		c.reg = dummy_reg;
+		c.dereg = dummy_dereg;
+		c.payload_size = 8;
+		c.fork_policy = MRN_FORK_NONE;
+		c.max_entries = full ? n : 0;
+		if (Cache::create(c,
+				  [](std::unique_ptr<Monitor> *m, std::string *why) {
+					  return open_monitor(MRN_MONITOR_TEST_NO_INVALIDATION, m, why);
+				  },
+				  &o.cache) < 0)
+			throw std::runtime_error("cannot create the mrnotify cache");
+		std::vector<Entry *> held;
+		held.reserve(n);
+		for (size_t i = 0; i < n; i++)
+			held.push_back(o.get(a.buf(i), kBuf));
+		const auto t0 = Clock::now();
+		for (size_t i = 0; i < misses; i++)
+			o.put(o.get(a.buf(n + i), kBuf));
+		const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+				  double(misses);
+		for (Entry *e : held)
+			o.put(e);
+		(full ? at_limit : with_room) = ns;
+	}
+	std::printf("miss with %zu entries in use at the entry limit: %.0f ns (target < 20000); "
+		    "with room: %.0f ns; ratio %.2fx\n",
+		    n, at_limit, with_room, at_limit / with_room);
+}
+
+// A 1 MiB window slid page by page over 16 MiB: pinned bytes against the
+// memory touched, and a hit on the newest window against a hit on a fixed
+// buffer of the same size, in the same cache.
+void sliding_window(int reps)
+{
+	const size_t window = 1 << 20, span = 16 << 20;
+	Arena a((span + window) / kStride + 2);
+	Ours o;
+	for (size_t off = 0; off + window <= span; off += kPage)
+		o.put(o.get(a.base + off, window));
+	mrn_stats st{};
+	o.cache->stats(&st);
+	char *fixed = a.base + span + kPage;
+	o.put(o.get(fixed, window));
+	auto time_at = [&](char *p) {
+		double best = 1e30;
+		for (int r = 0; r < reps; r++) {
+			const auto t0 = Clock::now();
+			for (int i = 0; i < 200000; i++)
+				o.put(o.get(p, window));
+			best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0)
+							      .count() /
+							      200000);
+		}
+		return best;
+	};
+	const double newest = time_at(a.base + span - window);
+	const double other = time_at(fixed);
+	std::printf("sliding 1 MiB window over 16 MiB: pinned %.2fx the memory touched "
+		    "(target <= 2), %" PRIu64 " entries; hit on the newest window %.1f ns, "
+		    "on a fixed buffer %.1f ns, ratio %.2fx\n",
+		    double(st.pinned_bytes) / double(span), st.entries, newest, other, newest / other);
+}
+
 } // namespace
 } // namespace mrn::bench
 
@@ -266,6 +346,8 @@ int main(int argc, char **argv)
 		}
 		std::printf("miss overhead beyond the register function: %.0f ns (target < 1000)\n",
 			    miss_overhead(quick ? 10000 : 100000));
+		miss_at_limit(100000, quick ? 2000 : 20000);
+		sliding_window(reps);
 		std::printf("hit_speedup_vs_ucs_rcache=%.2f\n", lowest);
 	} catch (const std::exception &e) {
 		std::fprintf(stderr, "cache_bench: %s\n", e.what());
