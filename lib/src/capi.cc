@@ -125,20 +125,27 @@ extern "C" int mrn_find(mrn_cache_t *cache, void *addr, size_t len, mrn_entry_t 
 		-ENOMEM);
 }
 
+// The accessors answer NULL or 0 for a NULL entry rather than crash.
 extern "C" void *mrn_entry_payload(const mrn_entry_t *entry)
 {
-	return const_cast<Entry *>(impl(entry))->payload();
+	return entry ? const_cast<Entry *>(impl(entry))->payload() : nullptr;
 }
 extern "C" mrn_entry_t *mrn_entry_from_payload(void *payload)
 {
-	return reinterpret_cast<mrn_entry_t *>(Entry::from_payload(payload));
+	return payload ? reinterpret_cast<mrn_entry_t *>(Entry::from_payload(payload)) : nullptr;
 }
 extern "C" void *mrn_entry_addr(const mrn_entry_t *entry)
 {
-	return reinterpret_cast<void *>(impl(entry)->start);
+	return entry ? reinterpret_cast<void *>(impl(entry)->start) : nullptr;
 }
-extern "C" size_t mrn_entry_length(const mrn_entry_t *entry) { return impl(entry)->length(); }
-extern "C" uint32_t mrn_entry_access(const mrn_entry_t *entry) { return impl(entry)->access; }
+extern "C" size_t mrn_entry_length(const mrn_entry_t *entry)
+{
+	return entry ? impl(entry)->length() : 0;
+}
+extern "C" uint32_t mrn_entry_access(const mrn_entry_t *entry)
+{
+	return entry ? impl(entry)->access : 0;
+}
 
 extern "C" long mrn_invalidate_range(mrn_cache_t *cache, void *addr, size_t len)
 {

@@ -81,7 +81,7 @@ extern "C" int mrn_watch_remove(mrn_watch_t *watch, uint64_t id)
 
 extern "C" const volatile uint64_t *mrn_watch_generation(const mrn_watch_t *watch)
 {
-	return watch->monitor->generation();
+	return watch ? watch->monitor->generation() : nullptr;
 }
 
 extern "C" long mrn_watch_drain(mrn_watch_t *watch, mrn_watch_fn fn, void *arg, uint64_t *generation)

@@ -110,6 +110,15 @@ TEST(Api, NullArgumentsAreErrorsNotCrashes)
 	EXPECT_EQ(-EINVAL, mrn_cache_create(nullptr, nullptr));
 	mrn_put(nullptr, nullptr);
 	mrn_cache_destroy(nullptr);
+	mrn_cache_print_stats(nullptr);
+	EXPECT_EQ(0u, mrn_cache_bytes_per_entry(nullptr));
+	EXPECT_EQ(MRN_MONITOR_NONE, mrn_cache_monitor(nullptr));
+	EXPECT_EQ(nullptr, mrn_entry_payload(nullptr));
+	EXPECT_EQ(nullptr, mrn_entry_addr(nullptr));
+	EXPECT_EQ(0u, mrn_entry_length(nullptr));
+	EXPECT_EQ(0u, mrn_entry_access(nullptr));
+	EXPECT_EQ(nullptr, mrn_entry_from_payload(nullptr));
+	EXPECT_EQ(nullptr, mrn_watch_generation(nullptr));
 }
 
 TEST(Create, RejectsBadConfigurations)
