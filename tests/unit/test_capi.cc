@@ -4,10 +4,14 @@
 #include "mrnotify.h"
 
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -351,6 +355,53 @@ TEST_F(Uffd, SharedMemoryIsNeverStale)
 	EXPECT_EQ(3u, stats().uncached);
 	munmap(m, 4 * kPage);
 	close(fd);
+}
+
+// An MPI rank bound to one core must not confine the monitor thread there
+// (unmapping threads wait on it): it may run on every CPU.
+TEST(UffdThread, RunsOnEveryCpuOfTheProcess)
+{
+	cpu_set_t all, one;
+	ASSERT_EQ(0, sched_getaffinity(0, sizeof(all), &all));
+	if (CPU_COUNT(&all) < 2)
+		GTEST_SKIP() << "one CPU only";
+	CPU_ZERO(&one);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &all)) {
+			CPU_SET(i, &one);
+			break;
+		}
+	ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one)); // "bound to a core"
+	mrn_config cfg;
+	ASSERT_EQ(0, mrn_config_init(&cfg));
+	cfg.monitor = MRN_MONITOR_UFFD;
+	cfg.reg = [](void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.dereg = [](void *, void *) { return 0; };
+	mrn_cache_t *cache = nullptr;
+	const int rc = mrn_cache_create(&cfg, &cache);
+	if (rc == -ENODEV) {
+		sched_setaffinity(0, sizeof(all), &all);
+		GTEST_SKIP() << "userfaultfd is not available here";
+	}
+	ASSERT_EQ(0, rc);
+	// The monitor thread is the task that is neither us nor confined.
+	int widest = 0;
+	for (int attempt = 0; attempt < 100 && widest < CPU_COUNT(&all); attempt++) {
+		DIR *d = opendir("/proc/self/task");
+		ASSERT_NE(nullptr, d);
+		while (dirent *de = readdir(d)) {
+			const pid_t tid = pid_t(atoi(de->d_name));
+			cpu_set_t s;
+			if (tid > 0 && tid != pid_t(syscall(SYS_gettid)) &&
+			    sched_getaffinity(tid, sizeof(s), &s) == 0)
+				widest = std::max(widest, CPU_COUNT(&s));
+		}
+		closedir(d);
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	}
+	mrn_cache_destroy(cache);
+	ASSERT_EQ(0, sched_setaffinity(0, sizeof(all), &all));
+	EXPECT_EQ(CPU_COUNT(&all), widest) << "the monitor thread inherited the rank's binding";
 }
 
 TEST_F(Uffd, FileBackedMemoryIsNotKeptIdle)
