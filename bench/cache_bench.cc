@@ -20,6 +20,7 @@
 //
 // Prints a table, then `hit_speedup_vs_ucs_rcache=<lowest ratio>` last.
 #include "../lib/src/cache.h"
+#include "../lib/src/mrnotify_testing.h"
 #include "ucs_baseline.h"
 
 #include <sys/mman.h>

@@ -10,6 +10,7 @@
 // with `dontfork` the child gets none of them. Prints milliseconds per
 // fork + child exit + wait, and ratios.
 #include "../lib/src/cache.h"
+#include "../lib/src/mrnotify_testing.h"
 
 #include <linux/io_uring.h>
 #include <sys/mman.h>

@@ -2,6 +2,7 @@
 // Configuration defaults, the MRNOTIFY_* environment, and string parsing.
 #include "log.h"
 #include "mrnotify.h"
+#include "mrnotify_testing.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -66,6 +67,8 @@ extern "C" int mrn_monitor_from_string(const char *s, mrn_monitor_t *out)
 
 extern "C" const char *mrn_monitor_to_string(mrn_monitor_t m)
 {
+	if (m == MRN_MONITOR_TEST_NO_INVALIDATION)
+		return "test-no-invalidation";
 	switch (m) {
 	case MRN_MONITOR_AUTO:
 		return "auto";
@@ -75,8 +78,6 @@ extern "C" const char *mrn_monitor_to_string(mrn_monitor_t m)
 		return "uffd";
 	case MRN_MONITOR_NONE:
 		return "none";
-	case MRN_MONITOR_TEST_NO_INVALIDATION:
-		return "test-no-invalidation";
 	case MRN_MONITOR_EXTERNAL:
 		return "external";
 	}

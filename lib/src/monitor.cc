@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "monitor.h"
+#include "mrnotify_testing.h"
 
 #include <cerrno>
 
@@ -45,6 +46,11 @@ std::unique_ptr<Monitor> make_null_monitor(mrn_monitor_t kind)
 int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string *why)
 {
 	int err = 0;
+	if (want == MRN_MONITOR_TEST_NO_INVALIDATION) {
+		*out = make_null_monitor(want);
+		*why = "TEST ONLY: idle registrations are kept and never invalidated";
+		return 0;
+	}
 	switch (want) {
 	case MRN_MONITOR_KERNEL:
 		*out = make_kernel_monitor(&err, why);
@@ -59,10 +65,6 @@ int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string 
 	case MRN_MONITOR_EXTERNAL:
 		*out = make_null_monitor(want);
 		*why = "external: idle registrations are kept, the caller reports unmaps";
-		return 0;
-	case MRN_MONITOR_TEST_NO_INVALIDATION:
-		*out = make_null_monitor(want);
-		*why = "TEST ONLY: idle registrations are kept and never invalidated";
 		return 0;
 	case MRN_MONITOR_AUTO: {
 		std::string kernel_why, uffd_why;

@@ -7,6 +7,7 @@
 #define MRN_TESTS_VERBS_CACHE_H
 
 #include "mrnotify.h"
+#include "../../lib/src/mrnotify_testing.h"
 #include "oracle/pagemap_oracle.h"
 #include "rdma/rc_loopback.h"
 
