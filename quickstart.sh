@@ -19,7 +19,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 packages=(
 	autoconf automake libtool pkg-config make gcc g++
-	libgtest-dev libbenchmark-dev
+	libgtest-dev libbenchmark-dev liburcu-dev
 	libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
 	libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev
 	linux-headers-amd64 linux-image-amd64 kmod
