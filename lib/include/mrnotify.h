@@ -200,6 +200,18 @@ struct mrn_stats {
 	uint64_t fork_advice_failures;	/* MADV_DONTFORK failed or was out of budget */
 };
 
+/*
+ * Every field of struct mrn_stats, in order: X(field) for each. The one list
+ * of statistics names, for printing them (mrn_cache_print_stats, the Open
+ * MPI component, the UCX plugin):
+ *   #define PRINT(f) printf(" %s %llu", #f, (unsigned long long)s.f);
+ *   MRN_STATS_FIELDS(PRINT)
+ */
+#define MRN_STATS_FIELDS(X)                                                                   \
+	X(hits) X(misses) X(access_upgrades) X(evictions) X(invalidations) X(drains)          \
+	X(retries) X(register_failures) X(pinned_bytes) X(entries) X(idle_entries)            \
+	X(in_use_detached) X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)
+
 /* Fills *stats (size: sizeof(struct mrn_stats)). 0 or -EINVAL. */
 int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size);
 

@@ -837,10 +837,20 @@ void Cache::destroy_doomed(Writer &w)
 
 // --- statistics ----------------------------------------------------------------------------
 
+#define MRN_COUNT_FIELD(f) +1
+static_assert(sizeof(mrn_stats) == (0 MRN_STATS_FIELDS(MRN_COUNT_FIELD)) * sizeof(uint64_t),
+	      "MRN_STATS_FIELDS names every field of struct mrn_stats");
+#undef MRN_COUNT_FIELD
+
 void Cache::stats(mrn_stats *o)
 {
 	Writer w(*this);
 	check_fork(w);
+	stats(w, o);
+}
+
+void Cache::stats(Writer &, mrn_stats *o)
+{
 	*o = mrn_stats{};
 	uint64_t hits = st_.hits_locked;
 	for (const auto &h : hits_)
@@ -876,20 +886,16 @@ void Cache::print_stats()
 	print_stats(w);
 }
 
-void Cache::print_stats(Writer &)
+void Cache::print_stats(Writer &w)
 {
-	uint64_t hits = st_.hits_locked;
-	for (const auto &h : hits_)
-		hits += h.n.load(std::memory_order_relaxed);
-	std::fprintf(stderr,
-		     "libmrnotify: cache %s (monitor %s): hits %" PRIu64 " misses %" PRIu64
-		     " merges %" PRIu64 " upgrades %" PRIu64 " evictions %" PRIu64
-		     " invalidations %" PRIu64 " drains %" PRIu64 " retries %" PRIu64
-		     " failures %" PRIu64 " uncached %" PRIu64 " entries %zu pinned_bytes %" PRIu64
-		     "\n",
-		     name_.c_str(), mrn_monitor_to_string(monitor_kind_), hits, st_.misses,
-		     st_.merges, st_.upgrades, st_.evictions, st_.invalidations, st_.drains,
-		     st_.retries, st_.reg_failures, st_.uncached, index_.size(), pinned_bytes_);
+	mrn_stats st;
+	stats(w, &st);
+	std::fprintf(stderr, "libmrnotify: cache %s (monitor %s):", name_.c_str(),
+		     mrn_monitor_to_string(monitor_kind_));
+#define MRN_PRINT_FIELD(f) std::fprintf(stderr, " %s %" PRIu64, #f, st.f);
+	MRN_STATS_FIELDS(MRN_PRINT_FIELD)
+#undef MRN_PRINT_FIELD
+	std::fprintf(stderr, "\n");
 }
 
 size_t Cache::bytes_per_entry()

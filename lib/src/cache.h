@@ -171,6 +171,7 @@ private:
 	void release_pages(Writer &w, const Entry *x);
 	void destroy_doomed(Writer &w);
 	void print_stats(Writer &w);
+	void stats(Writer &w, mrn_stats *out);
 
 	std::string name_;
 	mrn_register_fn reg_;
