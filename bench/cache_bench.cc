@@ -19,8 +19,7 @@
 // miss, DRAIN) are measured by kernel_bench in the guest.
 //
 // Prints a table, then `hit_speedup_vs_ucs_rcache=<lowest ratio>` last.
-#include "../lib/src/cache.h"
-#include "../lib/src/mrnotify_testing.h"
+#include "bench_cache.h"
 #include "ucs_baseline.h"
 
 #ifdef MRN_BENCH_URCU
@@ -60,33 +59,16 @@ int dummy_reg(void *, void *, size_t, uint32_t, void *payload)
 }
 int dummy_dereg(void *, void *) { return 0; }
 
-std::unique_ptr<Cache> make_ours(mrn_monitor_t monitor)
+CacheOptions dummy_options()
 {
-	mrn_config c;
-	if (mrn_config_init(&c) < 0)
-		throw std::runtime_error("bad MRNOTIFY_* environment");
-	c.name = "bench";
-	c.reg = dummy_reg;
-	c.dereg = dummy_dereg;
-	c.payload_size = 8;
-	// ucs_rcache does not madvise either; DONTFORK per 4 KiB entry would
-	// also split the mapping into a million VMAs.
-	c.fork_policy = MRN_FORK_NONE;
-	c.monitor = monitor;
-	std::unique_ptr<Cache> cache;
-	const int rc = Cache::create(
-		c,
-		[monitor](std::unique_ptr<Monitor> *m, std::string *why) {
-			return open_monitor(monitor, m, why);
-		},
-		&cache);
-	if (rc < 0)
-		throw std::runtime_error("cannot create the mrnotify cache");
-	return cache;
+	CacheOptions o;
+	o.reg = dummy_reg;
+	o.dereg = dummy_dereg;
+	return o;
 }
 
 struct Ours {
-	explicit Ours(mrn_monitor_t m = MRN_MONITOR_TEST_NO_INVALIDATION) : cache(make_ours(m)) {}
+	explicit Ours(const CacheOptions &o = dummy_options()) : cache(make_cache(o)) {}
 	Entry *get(void *a, size_t len)
 	{
 		Entry *e = nullptr;
@@ -263,25 +245,12 @@ double miss_overhead(size_t n)
 void miss_at_limit(size_t n, size_t misses)
 {
 	Arena a(n + misses);
-	mrn_config c;
-	if (mrn_config_init(&c) < 0)
-		throw std::runtime_error("bad MRNOTIFY_* environment");
 	double with_room = 0, at_limit = 0;
 	for (bool full : {false, true}) {
-		Ours o;
-		o.cache.reset();
-		c.name = "bench-limit";
-		c.reg = dummy_reg;
-		c.dereg = dummy_dereg;
-		c.payload_size = 8;
-		c.fork_policy = MRN_FORK_NONE;
-		c.max_entries = full ? n : 0;
-		if (Cache::create(c,
-				  [](std::unique_ptr<Monitor> *m, std::string *why) {
-					  return open_monitor(MRN_MONITOR_TEST_NO_INVALIDATION, m, why);
-				  },
-				  &o.cache) < 0)
-			throw std::runtime_error("cannot create the mrnotify cache");
+		CacheOptions opt = dummy_options();
+		opt.name = "bench-limit";
+		opt.max_entries = full ? n : 0;
+		Ours o(opt);
 		std::vector<Entry *> held;
 		held.reserve(n);
 		for (size_t i = 0; i < n; i++)

@@ -9,8 +9,7 @@
 // the policy `none` (what `auto` means there) fork pays for copying them;
 // with `dontfork` the child gets none of them. Prints milliseconds per
 // fork + child exit + wait, and ratios.
-#include "../lib/src/cache.h"
-#include "../lib/src/mrnotify_testing.h"
+#include "bench_cache.h"
 
 #include <linux/io_uring.h>
 #include <sys/mman.h>
@@ -73,22 +72,13 @@ double fork_ms(int reps)
 
 double with_policy(char *mem, mrn_fork_policy_t policy, int reps)
 {
-	mrn_config c;
-	if (mrn_config_init(&c) < 0)
-		throw std::runtime_error("bad MRNOTIFY_* environment");
-	c.name = "fork-bench";
-	c.reg = pin_reg;
-	c.dereg = pin_dereg;
-	c.payload_size = sizeof(int);
-	c.fork_policy = policy;
-	std::unique_ptr<mrn::Cache> cache;
-	if (mrn::Cache::create(
-		    c,
-		    [](std::unique_ptr<mrn::Monitor> *m, std::string *why) {
-			    return mrn::open_monitor(MRN_MONITOR_TEST_NO_INVALIDATION, m, why);
-		    },
-		    &cache) < 0)
-		throw std::runtime_error("cannot create the cache");
+	mrn::bench::CacheOptions o;
+	o.name = "fork-bench";
+	o.reg = pin_reg;
+	o.dereg = pin_dereg;
+	o.payload_size = sizeof(int);
+	o.fork_policy = policy;
+	std::unique_ptr<mrn::Cache> cache = mrn::bench::make_cache(o);
 	mrn::Entry *e = nullptr;
 	const int rc = cache->get(mem, kGiB, 1, &e);
 	if (rc < 0)
