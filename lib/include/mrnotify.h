@@ -247,7 +247,7 @@ int mrn_watch_remove(mrn_watch_t *watch, uint64_t id);
  * The word that moves when something watched became invalid: read it with
  * an acquire load and compare it with the generation the last drain gave.
  */
-const volatile uint64_t *mrn_watch_generation(const mrn_watch_t *watch);
+const uint64_t *mrn_watch_generation(const mrn_watch_t *watch);
 
 typedef void (*mrn_watch_fn)(void *arg, uint64_t cookie, void *addr, size_t len);
 

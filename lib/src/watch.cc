@@ -79,7 +79,7 @@ extern "C" int mrn_watch_remove(mrn_watch_t *watch, uint64_t id)
 	return watch->monitor->untrack(id);
 }
 
-extern "C" const volatile uint64_t *mrn_watch_generation(const mrn_watch_t *watch)
+extern "C" const uint64_t *mrn_watch_generation(const mrn_watch_t *watch)
 {
 	return watch ? watch->monitor->generation() : nullptr;
 }
