@@ -121,6 +121,21 @@ else ko "... warns that UCX then has no caches"; fi
 if has '^libmrnotify-ucx: pid [0-9]*: inactive,.*rcaches 0; UCX_MEM_EVENTS=n'; then ok "... and reports itself inactive"
 else ko "... and reports itself inactive"; fi
 
+# The wrapper preloads the library only when the library says it runs the
+# UCX it was built for. /dev/null stands in for the device (the wrapper only
+# checks that it is a usable character device); a library that does not
+# answer (libc) stands in for a plugin under another UCX.
+other=$(ldd "$plugin" | sed -n 's/^[[:space:]]*libc\.so\.6 => \([^ ]*\) .*/\1/p')
+expect "mrnotify-ucx-run preloads the library when it runs its UCX" 0 \
+	env MRNOTIFY_UCX_DEVICE=/dev/null "$run" --enable=yes sh -c 'test "$LD_PRELOAD" = "$MRNOTIFY_UCX_PLUGIN"'
+expect "mrnotify-ucx-run --enable=yes refuses when the library does not run its UCX" 1 \
+	env MRNOTIFY_UCX_DEVICE=/dev/null MRNOTIFY_UCX_PLUGIN="$other" "$run" --enable=yes true
+if has 'did not say which UCX'; then ok "... and says why"; else ko "... and says why"; fi
+expect "mrnotify-ucx-run --enable=try then runs the program without it" 0 \
+	env MRNOTIFY_UCX_DEVICE=/dev/null MRNOTIFY_UCX_PLUGIN="$other" "$run" --enable=try \
+	sh -c 'test -z "${LD_PRELOAD:-}" && test -z "${UCX_MEM_MMAP_HOOK_MODE:-}"'
+if has 'running sh without the plugin'; then ok "... and says so"; else ko "... and says so"; fi
+
 expect "mrnotify-ucx-run --enable=no runs the program" 0 "$run" --enable=no true
 expect "mrnotify-ucx-run rejects a bad --enable" 2 "$run" --enable=perhaps true
 expect "mrnotify-ucx-run --help" 0 "$run" --help
