@@ -68,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -226,6 +227,8 @@ static struct {
 	uint32_t epoch;
 	mrn_ucx_config_t config;
 	int config_filled;
+	int table_added;	/* our table is in UCX's list (only on 1.13) */
+	unsigned version[3];	/* the running UCX's, read at load */
 	ucs_status_t refusal;	/* REFUSED: what ucp_init returns */
 	char why[200];		/* not ACTIVE: the reason, for messages */
 	mrn_watch_t *watch;
@@ -983,13 +986,39 @@ static mrn_ucx_state_t mrn_ucx_unusable(ucs_log_level_t level)
 	return MRN_UCX_STATE_INACTIVE;
 }
 
+static int mrn_ucx_version_ok(void)
+{
+	return mrn_ucx.version[0] == UCP_API_MAJOR && mrn_ucx.version[1] == UCP_API_MINOR;
+}
+
 /* Decides, once: from here on UCX relies on us for every unmap, or not. */
 static mrn_ucx_state_t mrn_ucx_decide(void)
 {
-	unsigned major, minor, release;
-	const char *why = NULL;
+	const char *why = NULL, *enable;
 	ucs_status_t status;
 	int rc;
+
+	if (!mrn_ucx_version_ok()) {
+		/*
+		 * Another UCX: its structures are not the ones this was built
+		 * for (even the configuration parser's arguments and table
+		 * entries changed in 1.15), so nothing of it is touched: the
+		 * wrappers only jump on, and UCX runs as configured. Said once,
+		 * as a warning, unless ENABLE (read raw, not parsed) says no:
+		 * this is an installation error, not a node without the module.
+		 */
+		enable = getenv("UCX_MRNOTIFY_ENABLE");
+		if (enable != NULL && (enable[0] == 'n' || enable[0] == 'N' || !strcmp(enable, "0") ||
+				       !strcasecmp(enable, "off")))
+			return MRN_UCX_STATE_OFF;
+		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why),
+			 "this plugin was built for UCX %d.%d.x and the process runs UCX %u.%u.%u",
+			 UCP_API_MAJOR, UCP_API_MINOR, mrn_ucx.version[0], mrn_ucx.version[1],
+			 mrn_ucx.version[2]);
+		ucs_warn("mrnotify: not used: %s; passing everything through to UCX unchanged",
+			 mrn_ucx.why);
+		return MRN_UCX_STATE_PASSTHROUGH;
+	}
 
 	/* Parsing also marks our variables used (UCX warns at ucp_init). */
 	status = ucs_config_parser_fill_opts(&mrn_ucx.config, mrn_ucx_config_table, "UCX_",
@@ -1005,23 +1034,6 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 	mrn_ucx.config_filled = 1;
 	if (mrn_ucx.config.enable == UCS_NO)
 		return MRN_UCX_STATE_OFF;
-
-	ucp_get_version(&major, &minor, &release);
-	if (major != UCP_API_MAJOR || minor != UCP_API_MINOR) {
-		/*
-		 * Another UCX: its structures are not the ones this was built
-		 * for, so nothing is touched (the wrappers only jump on), and
-		 * whatever ENABLE says, UCX runs as configured. Said once, as a
-		 * warning: this is an installation error, not a node without
-		 * the module.
-		 */
-		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why),
-			 "this plugin was built for UCX %d.%d.x and the process runs UCX %u.%u.%u",
-			 UCP_API_MAJOR, UCP_API_MINOR, major, minor, release);
-		ucs_warn("mrnotify: not used: %s; passing everything through to UCX unchanged",
-			 mrn_ucx.why);
-		return MRN_UCX_STATE_PASSTHROUGH;
-	}
 	if (!ucm_global_opts.enable_events) {
 		/*
 		 * UCX_MEM_EVENTS=n makes UCM refuse every event handler, ours
@@ -1101,22 +1113,28 @@ __attribute__((constructor)) static void mrn_ucx_init(void)
 	mrn_ucx.real_init = (mrn_ucx_init_fn)mrn_ucx_resolve("ucp_init_version");
 	mrn_ucx.real_set_handler = (mrn_ucx_set_handler_fn)mrn_ucx_resolve("ucm_set_event_handler");
 
-	/* Listed by ucx_info -c. Read when the plugin activates, not here. */
-	UCS_CONFIG_ADD_TABLE(mrn_ucx_config_table, &ucs_config_global_list);
+	/* A stable entry point in every UCX; nothing else is touched before. */
+	ucp_get_version(&mrn_ucx.version[0], &mrn_ucx.version[1], &mrn_ucx.version[2]);
+
+	/*
+	 * Listed by ucx_info -c; read when the plugin activates, not here. The
+	 * table entry's layout and the parser are 1.13's: not under another
+	 * UCX.
+	 */
+	if (mrn_ucx_version_ok()) {
+		UCS_CONFIG_ADD_TABLE(mrn_ucx_config_table, &ucs_config_global_list);
+		mrn_ucx.table_added = 1;
+	}
 
 	/*
 	 * mrnotify-ucx-run asks which UCX a program would run with this
 	 * library preloaded (the library's own libucp wins over the program's),
 	 * before it preloads it.
 	 */
-	if (probe != NULL && strcmp(probe, "version") == 0) {
-		unsigned major, minor, release;
-
-		ucp_get_version(&major, &minor, &release);
+	if (probe != NULL && strcmp(probe, "version") == 0)
 		fprintf(stderr, "libmrnotify-ucx: built for UCX %d.%d, runs UCX %u.%u.%u: %s\n",
-			UCP_API_MAJOR, UCP_API_MINOR, major, minor, release,
-			major == UCP_API_MAJOR && minor == UCP_API_MINOR ? "supported" : "unsupported");
-	}
+			UCP_API_MAJOR, UCP_API_MINOR, mrn_ucx.version[0], mrn_ucx.version[1],
+			mrn_ucx.version[2], mrn_ucx_version_ok() ? "supported" : "unsupported");
 }
 
 __attribute__((destructor)) static void mrn_ucx_fini(void)
@@ -1139,6 +1157,7 @@ __attribute__((destructor)) static void mrn_ucx_fini(void)
 			: state == MRN_UCX_STATE_OFF	? "UCX_MRNOTIFY_ENABLE=no"
 							: mrn_ucx.why);
 	}
-	UCS_CONFIG_REMOVE_TABLE(mrn_ucx_config_table);
+	if (mrn_ucx.table_added)
+		UCS_CONFIG_REMOVE_TABLE(mrn_ucx_config_table);
 	/* The watch stays open: UCX may still deregister through us at exit. */
 }

@@ -112,6 +112,26 @@ else
 	expect "mrnotify-ucx-run --enable=yes without the device refuses" 1 "$run" --enable=yes true
 	if has '/dev/mrnotify is not usable'; then ok "... and says why"; else ko "... and says why"; fi
 fi
+# Another UCX at run time (the fake library makes ucp_get_version() say
+# 1.17.0): nothing of UCX is touched, not even its configuration table,
+# every call passes through, even with ENABLE=yes, and one warning says so.
+fake=$(pwd)/ucx/.libs/libfake_ucp_version.so
+if [ -r "$fake" ]; then
+	expect "another UCX: a UCP context is created, even with ENABLE=yes" 0 \
+		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
+	if [ "$(grep -c 'mrnotify: not used: this plugin was built for UCX 1.13.x and the process runs UCX 1.17.0; passing everything through' "$tmp/out")" = 1 ]; then
+		ok "... and one warning says why"
+	else ko "... and one warning says why"; fi
+	LD_PRELOAD="$fake:$plugin" ucx_info -c >"$tmp/out" 2>&1
+	if ! has MRNOTIFY; then ok "another UCX: the settings are not added to its configuration"
+	else ko "another UCX: the settings are not added to its configuration"; fi
+	expect "another UCX, ENABLE=no: no warning" 0 \
+		env UCX_MRNOTIFY_ENABLE=no LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
+	if ! has mrnotify; then ok "... none"; else ko "... none"; fi
+else
+	echo "SKIP: $fake not built (make check builds it): the other-UCX cases"
+fi
+
 # UCX_MEM_EVENTS=n: UCM refuses every event handler, so UCX creates no
 # cache for the plugin to feed; it says so (a warning, even with try) and
 # stays inactive instead of calling itself active.
