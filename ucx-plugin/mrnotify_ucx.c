@@ -709,12 +709,19 @@ static const ucs_rcache_ops_t mrn_ucx_ops = {
  * hold only as long as the compiler emitted a tail jump.
  */
 #if defined(__x86_64__)
-__asm__("	.text\n"
+/* An indirect-branch target (it is reached through the PLT) where CET is on. */
+#if defined(__CET__) && (__CET__ & 1)
+#define MRN_UCX_ENDBR "	endbr64\n"
+#else
+#define MRN_UCX_ENDBR ""
+#endif
+__asm__("	.pushsection .text\n"
 	"	.globl	ucs_rcache_get\n"
 	"	.type	ucs_rcache_get, @function\n"
 	"	.p2align 4\n"
 	"ucs_rcache_get:\n"
 	"	.cfi_startproc\n"
+	MRN_UCX_ENDBR
 	"	cmpl	$0, mrn_ucx_hot+24(%rip)\n"
 	"	jne	mrn_ucx_get_counted\n"
 	"	movq	mrn_ucx_hot(%rip), %r11\n"
@@ -723,7 +730,8 @@ __asm__("	.text\n"
 	"	jne	mrn_ucx_get_after_drain\n"
 	"	jmp	*mrn_ucx_hot+16(%rip)\n"
 	"	.cfi_endproc\n"
-	"	.size	ucs_rcache_get, .-ucs_rcache_get\n");
+	"	.size	ucs_rcache_get, .-ucs_rcache_get\n"
+	"	.popsection\n");
 #else
 /* Elsewhere, C: signature-agnostic only as long as this compiles to a tail jump. */
 MRN_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
