@@ -862,8 +862,8 @@ MRN_UCX_EXPORT ucs_status_t ucp_init_version(unsigned api_major_version,
 	mrn_ucx_activate();
 	if (mrn_ucx_state() == MRN_UCX_STATE_REFUSED) {
 		if (mrn_ucx.config_filled)
-			ucs_error("mrnotify: UCX_MRNOTIFY_ENABLE=yes, but %s. Load mrnotify.ko, or set "
-				  "UCX_MRNOTIFY_ENABLE=try to run with UCX's own memory hooks",
+			ucs_error("mrnotify: UCX_MRNOTIFY_ENABLE=yes, but %s; no UCP context is created "
+				  "(UCX_MRNOTIFY_ENABLE=try runs UCX as configured instead)",
 				  mrn_ucx.why);
 		else
 			ucs_error("mrnotify: %s", mrn_ucx.why);
