@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Host tests of libmrnotify-ucx and mrnotify-ucx-run that need no kernel
 # module: the settings in UCX's configuration listing, no "unused variable"
-# warning for them, what UCX_MRNOTIFY_ENABLE does when /dev/mrnotify is
-# missing, and the wrapper's choices. Run by make check from tests/ (paths
+# warning for them, that preloading the library never breaks a program (only
+# creating a UCP context can fail, and only with UCX_MRNOTIFY_ENABLE=yes or a
+# bad setting), what UCX_MRNOTIFY_ENABLE does when /dev/mrnotify is missing,
+# UCX_MEM_EVENTS=n, and the wrapper's choices. Run by make check from tests/ (paths
 # relative to the build tree), or with BUILDDIR=<top build dir>.
 set -u
 
@@ -23,6 +25,14 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 
 ok() { pass=$((pass + 1)); echo "PASS: $1"; }
+# expect_fail NAME COMMAND...: the command exits with a status other than 0.
+expect_fail() {
+	name=$1
+	shift
+	"$@" >"$tmp/out" 2>&1
+	got=$?
+	if [ "$got" != 0 ]; then ok "$name"; else echo "(exit status 0, expected a failure)" >>"$tmp/out"; ko "$name"; fi
+}
 ko() { fail=$((fail + 1)); echo "FAIL: $1"; sed 's/^/    | /' "$tmp/out" | head -20; }
 # expect NAME STATUS COMMAND...: the command's exit status is STATUS.
 expect() {
@@ -55,25 +65,46 @@ env $w UCX_MRNOTIFY_ENABLED=y LD_PRELOAD=$plugin ucx_info -e -u t >"$tmp/out" 2>
 if has 'unused env variable.*UCX_MRNOTIFY_ENABLED'; then ok "a misspelt setting is still reported"
 else ko "a misspelt setting is still reported"; fi
 
-expect "a bad UCX_MRNOTIFY_ENABLE value stops the process" 1 \
+# A bad value is an error where UCX is used, never at load.
+expect "a bad UCX_MRNOTIFY_ENABLE value does not stop a program that creates no UCP context" 0 \
 	env UCX_MRNOTIFY_ENABLE=perhaps LD_PRELOAD=$plugin ucx_info -v
+expect_fail "a bad UCX_MRNOTIFY_ENABLE value makes creating a UCP context fail" \
+	env UCX_MRNOTIFY_ENABLE=perhaps LD_PRELOAD=$plugin ucx_info -e -u t
+if has 'mrnotify: a UCX_MRNOTIFY_\* setting is not valid'; then ok "... and says why"; else ko "... and says why"; fi
 
 if [ -e /dev/mrnotify ]; then
 	echo "SKIP: /dev/mrnotify exists here: the missing-device cases need a host without it"
 else
-	expect "ENABLE=yes without the device fails" 1 env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ucx_info -v
-	if has 'UCX_MRNOTIFY_ENABLE=yes, but /dev/mrnotify is missing'; then ok "... and says why"
+	# What a site's environment module does (LD_PRELOAD for every program,
+	# ENABLE=yes) must not break programs that do not use UCX, on a node
+	# without the module.
+	expect "ENABLE=yes without the device: ls runs" 0 env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ls /
+	expect "ENABLE=yes without the device: sh -c true runs" 0 \
+		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin sh -c true
+	expect "ENABLE=yes without the device: a UCX program that creates no UCP context runs" 0 \
+		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ucx_info -v
+	if ! has mrnotify; then ok "... and says nothing"; else ko "... and says nothing"; fi
+	expect_fail "ENABLE=yes without the device: creating a UCP context fails" \
+		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ucx_info -e -u t
+	if has 'mrnotify: UCX_MRNOTIFY_ENABLE=yes, but /dev/mrnotify is missing'; then ok "... and says why"
 	else ko "... and says why"; fi
 	expect "ENABLE=try without the device runs" 0 \
-		env UCX_MRNOTIFY_ENABLE=try UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -v
+		env UCX_MRNOTIFY_ENABLE=try UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -e -u t
 	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): /dev/mrnotify is missing'; then ok "... and says so at diag level"
 	else ko "... and says so at diag level"; fi
-	expect "ENABLE=no runs" 0 env UCX_MRNOTIFY_ENABLE=no UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -v
+	expect "ENABLE defaults to try" 0 env UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -e -u t
+	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try)'; then ok "... and says so at diag level"
+	else ko "... and says so at diag level"; fi
+	expect "ENABLE=no runs" 0 env UCX_MRNOTIFY_ENABLE=no UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -e -u t
 	if ! has mrnotify; then ok "... and says nothing"; else ko "... and says nothing"; fi
 	expect "statistics at exit when asked" 0 \
+		env UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -e -u t
+	if has '^libmrnotify-ucx: pid [0-9]*: inactive, checks 0, drains 0.*; /dev/mrnotify is missing'; then
+		ok "... inactive, with counters and the reason"
+	else ko "... inactive, with counters and the reason"; fi
+	expect "no statistics from a program that never used UCX" 0 \
 		env UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -v
-	if has '^libmrnotify-ucx: pid [0-9]*: inactive, checks 0, drains 0'; then ok "... inactive, with counters"
-	else ko "... inactive, with counters"; fi
+	if ! has libmrnotify-ucx; then ok "... none"; else ko "... none"; fi
 
 	# The wrapper: try leaves the program as it is (UCX keeps its hooks).
 	expect "mrnotify-ucx-run --enable=try without the device runs the program unchanged" 0 \
@@ -81,6 +112,50 @@ else
 	expect "mrnotify-ucx-run --enable=yes without the device refuses" 1 "$run" --enable=yes true
 	if has '/dev/mrnotify is not usable'; then ok "... and says why"; else ko "... and says why"; fi
 fi
+# Another UCX at run time (the fake library makes ucp_get_version() say
+# 1.17.0): nothing of UCX is touched, not even its configuration table,
+# every call passes through, even with ENABLE=yes, and one warning says so.
+fake=$(pwd)/ucx/.libs/libfake_ucp_version.so
+if [ -r "$fake" ]; then
+	expect "another UCX: a UCP context is created, even with ENABLE=yes" 0 \
+		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
+	if [ "$(grep -c 'mrnotify: not used: this plugin was built for UCX 1.13.x and the process runs UCX 1.17.0; passing everything through' "$tmp/out")" = 1 ]; then
+		ok "... and one warning says why"
+	else ko "... and one warning says why"; fi
+	LD_PRELOAD="$fake:$plugin" ucx_info -c >"$tmp/out" 2>&1
+	if ! has MRNOTIFY; then ok "another UCX: the settings are not added to its configuration"
+	else ko "another UCX: the settings are not added to its configuration"; fi
+	expect "another UCX, ENABLE=no: no warning" 0 \
+		env UCX_MRNOTIFY_ENABLE=no LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
+	if ! has mrnotify; then ok "... none"; else ko "... none"; fi
+else
+	echo "SKIP: $fake not built (make check builds it): the other-UCX cases"
+fi
+
+# UCX_MEM_EVENTS=n: UCM refuses every event handler, so UCX creates no
+# cache for the plugin to feed; it says so (a warning, even with try) and
+# stays inactive instead of calling itself active.
+expect "UCX_MEM_EVENTS=n runs" 0 env UCX_MEM_EVENTS=n UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -e -u t
+if has 'UCX  WARN  mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): UCX_MEM_EVENTS=n'; then ok "... warns that UCX then has no caches"
+else ko "... warns that UCX then has no caches"; fi
+if has '^libmrnotify-ucx: pid [0-9]*: inactive,.*rcaches 0; UCX_MEM_EVENTS=n'; then ok "... and reports itself inactive"
+else ko "... and reports itself inactive"; fi
+
+# The wrapper preloads the library only when the library says it runs the
+# UCX it was built for. /dev/null stands in for the device (the wrapper only
+# checks that it is a usable character device); a library that does not
+# answer (libc) stands in for a plugin under another UCX.
+other=$(ldd "$plugin" | sed -n 's/^[[:space:]]*libc\.so\.6 => \([^ ]*\) .*/\1/p')
+expect "mrnotify-ucx-run preloads the library when it runs its UCX" 0 \
+	env MRNOTIFY_UCX_DEVICE=/dev/null "$run" --enable=yes sh -c 'test "$LD_PRELOAD" = "$MRNOTIFY_UCX_PLUGIN"'
+expect "mrnotify-ucx-run --enable=yes refuses when the library does not run its UCX" 1 \
+	env MRNOTIFY_UCX_DEVICE=/dev/null MRNOTIFY_UCX_PLUGIN="$other" "$run" --enable=yes true
+if has 'did not say which UCX'; then ok "... and says why"; else ko "... and says why"; fi
+expect "mrnotify-ucx-run --enable=try then runs the program without it" 0 \
+	env MRNOTIFY_UCX_DEVICE=/dev/null MRNOTIFY_UCX_PLUGIN="$other" "$run" --enable=try \
+	sh -c 'test -z "${LD_PRELOAD:-}" && test -z "${UCX_MEM_MMAP_HOOK_MODE:-}"'
+if has 'running sh without the plugin'; then ok "... and says so"; else ko "... and says so"; fi
+
 expect "mrnotify-ucx-run --enable=no runs the program" 0 "$run" --enable=no true
 expect "mrnotify-ucx-run rejects a bad --enable" 2 "$run" --enable=perhaps true
 expect "mrnotify-ucx-run --help" 0 "$run" --help
