@@ -18,6 +18,8 @@
  *   bench        the registration hit path of grdma and mrnotify, same
  *                callbacks, 1e2 / 1e3 / 1e4 cached entries, random order;
  *                prints hit_speedup_vs_grdma=<lowest ratio> last
+ *   both         (both builds in the component path) caches of each, created,
+ *                used and destroyed twice: each keeps to its own code
  *   create       creating the cache succeeds (for checks of its messages)
  *   create-fails a bad MCA value: creating the cache must fail
  *
@@ -951,6 +953,69 @@ static void bench(void)
 	hit_speedup = lowest;
 }
 
+/* --- both builds in one process ------------------------------------------------ */
+
+/*
+ * Open MPI loads components RTLD_GLOBAL: when the mrnotify build and the
+ * grdma-named build are both loaded (both directories in the component
+ * path), a global symbol of one would bind the other's calls to the first
+ * one loaded. Each module must still be its own component's, and caches
+ * must come and go in each any number of times.
+ */
+static void t_both_one(const char *component, int round)
+{
+	char T[160];
+	struct ctx c = {.name = component};
+	mca_rcache_base_module_t *m = create(component, "both", &c);
+	unsigned char *buf = map_pages(2);
+	struct test_reg *a, *b;
+	const char *owner;
+	int rc;
+
+	snprintf(T, sizeof(T), "both builds loaded: %s cache, round %d: its own component, a hit, clean teardown",
+		 component, round);
+	CHECK(T, m, "cannot create the %s cache", component);
+	owner = m->rcache_component ? m->rcache_component->rcache_version.mca_component_name : "(none)";
+	CHECK(T, !strcmp(owner, component), "the module's component is \"%s\"", owner);
+	a = reg_get(m, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+	CHECK(T, a, "register failed (%d)", rc);
+	reg_put(m, a);
+	b = reg_get(m, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+	CHECK(T, b == a && c.regs == 1, "no hit: %p vs %p, %ld register calls", (void *)b, (void *)a,
+	      c.regs);
+	reg_put(m, b);
+	end_case(T, m, &c, buf, 2);
+}
+
+static void both(void)
+{
+	const mca_base_component_t *seen[2] = {NULL, NULL};
+	mca_base_component_list_item_t *cli;
+
+	/* Both must be there, else this proves nothing. */
+	OPAL_LIST_FOREACH (cli, &opal_rcache_base_framework.framework_components,
+			   mca_base_component_list_item_t) {
+		if (!strcmp(cli->cli_component->mca_component_name, "mrnotify"))
+			seen[0] = cli->cli_component;
+		else if (!strcmp(cli->cli_component->mca_component_name, "grdma"))
+			seen[1] = cli->cli_component;
+	}
+	if (!seen[0] || !seen[1]) {
+		result(0, "both builds loaded", "%s is not loaded (component path?)",
+		       seen[0] ? "grdma" : "mrnotify");
+		return;
+	}
+	/* The grdma-named build, not Open MPI's own (which has no monitor). */
+	if (mca_base_var_find("opal", "rcache", "grdma", "monitor") < 0) {
+		result(0, "both builds loaded", "the grdma loaded is Open MPI's own, not ours");
+		return;
+	}
+	for (int round = 1; round <= 2; round++) {
+		t_both_one("mrnotify", round);
+		t_both_one("grdma", round);
+	}
+}
+
 /* --- main --------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -988,6 +1053,8 @@ int main(int argc, char **argv)
 			limits();
 		else if (!strcmp(modes[i], "bench"))
 			bench();
+		else if (!strcmp(modes[i], "both"))
+			both();
 		else if (!strcmp(modes[i], "create")) {
 			struct ctx c = {.name = "create"};
 			mca_rcache_base_module_t *m = create("mrnotify", "create", &c);
