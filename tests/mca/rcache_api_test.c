@@ -27,7 +27,8 @@
  * threads bench). The component is found through mca_base_component_path
  * (the environment: OMPI_MCA_mca_base_component_path=SYS_DEFAULT:<dir>), the
  * monitor through OMPI_MCA_rcache_mrnotify_monitor. Prints one "ok" or
- * "not ok" line per check; exits 1 if any failed, 77 if all were skipped.
+ * "not ok" line per check; exits 1 if any failed, else 77 if any was
+ * skipped (a proof that could not run is not a pass), else 0.
  */
 #include "opal_config.h"
 
@@ -220,6 +221,20 @@ static const char *monitor_env(void)
 	const char *m = getenv("OMPI_MCA_rcache_mrnotify_monitor");
 
 	return m ? m : "auto";
+}
+
+/*
+ * The monitor the cache will really use: auto means kernel when the device
+ * opens. Used to grant uffd, and only uffd, its documented window; if auto
+ * ends up on uffd after all, the test errs on the strict side and fails.
+ */
+static const char *monitor_used(void)
+{
+	const char *m = monitor_env();
+
+	if (strcmp(m, "auto"))
+		return m;
+	return access("/dev/mrnotify", R_OK | W_OK) == 0 ? "kernel" : "uffd";
 }
 
 /* --- semantics ---------------------------------------------------------------- */
@@ -563,6 +578,13 @@ static int remap_probe(const char *component, const char *T, int wait_ms, long *
 		result(0, T, "cannot create the %s cache", component);
 		return -1;
 	}
+	/* Resolved by the first cache creation, which the grdma probe is. */
+	if (opal_leave_pinned != 1) {
+		result(0, T, "opal_leave_pinned is %d: grdma caches nothing, nothing to compare",
+		       opal_leave_pinned);
+		mca_rcache_base_module_destroy(m);
+		return -1;
+	}
 	/*
 	 * Shared memory: the file keeps the old pages, so the new mapping
 	 * cannot get the same frames back and the oracle sees the change.
@@ -631,20 +653,18 @@ static void replacement(void)
 {
 	const char *T1 = "grdma hands back the stale registration after a raw munmap + mmap MAP_FIXED";
 	const char *T2 = "mrnotify does not: a fresh registration of the new pages";
-	const char *mon = monitor_env();
-	/* Only uffd has a window (see mrnotify.h). */
-	const int wait_ms = !strcmp(mon, "uffd") || !strcmp(mon, "auto") ? 2000 : 0;
+	const char *mon = monitor_used();
+	/*
+	 * Only uffd has a window (see mrnotify.h). The kernel monitor has
+	 * none: the very first lookup after the remap must miss.
+	 */
+	const int wait_ms = !strcmp(mon, "uffd") ? 2000 : 0;
 	long stale;
 	int reused, tries;
 
 	if (!mrn_oracle_available()) {
 		skip(T1, "the pagemap oracle needs root (real page frame numbers)");
 		skip(T2, "the pagemap oracle needs root (real page frame numbers)");
-		return;
-	}
-	if (opal_leave_pinned != 1) {
-		result(0, T1, "opal_leave_pinned is %d: grdma caches nothing, nothing to compare",
-		       opal_leave_pinned);
 		return;
 	}
 	reused = remap_probe("grdma", T1, 0, &stale, &tries);
@@ -666,7 +686,9 @@ static void replacement(void)
 static void hooks(void)
 {
 	const char *T = "monitor none: an unmap through libc reaches the cache via Open MPI's hooks";
+	const char *T2 = "monitor none: the registration after the remap maps the new pages";
 	struct ctx c = {.name = "hooks", .record_pfns = 1};
+	long stale;
 	mca_rcache_base_module_t *m = create("mrnotify", "hooks", &c);
 	const size_t len = 4 * PAGE;
 	unsigned char *buf;
@@ -692,14 +714,17 @@ static void hooks(void)
 	/* (The new one may well reuse the old one's memory: count calls.) */
 	CHECK(T, b && c.regs == 2 && c.deregs == 1,
 	      "the old registration came back (%ld register, %ld deregister calls)", c.regs, c.deregs);
-	CHECK(T, !mrn_oracle_available() || (b->pfns && mrn_oracle_count_stale(buf, len, b->pfns) == 0),
-	      "the new registration is stale");
+	stale = b->pfns ? mrn_oracle_count_stale(buf, len, b->pfns) : -1;
 	reg_put(m, b);
 	mca_rcache_base_module_destroy(m);
 	munmap(buf, len);
 	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered", c.regs,
 	      c.deregs);
 	result(1, T, NULL);
+	if (!mrn_oracle_available())
+		skip(T2, "the pagemap oracle needs root (real page frame numbers)");
+	else
+		result(stale == 0, T2, "%ld of 4 pages stale", stale);
 }
 
 /* --- limits set by MCA parameters ------------------------------------------------ */
@@ -1083,5 +1108,6 @@ int main(int argc, char **argv)
 	mca_base_framework_close(&opal_rcache_base_framework);
 	if (failed)
 		return 1;
-	return passed == 0 && skipped ? 77 : 0;
+	/* A proof that could not run is not a pass. */
+	return skipped ? 77 : 0;
 }
