@@ -21,6 +21,7 @@
  *   both         (both builds in the component path) caches of each, created,
  *                used and destroyed twice: each keeps to its own code
  *   create       creating the cache succeeds (for checks of its messages)
+ *   create-grdma creating a cache of the component called grdma succeeds
  *   create-fails a bad MCA value: creating the cache must fail
  *
  * Usage: rcache_api_test [MODE ...]   (default: semantics replacement
@@ -1085,6 +1086,13 @@ int main(int argc, char **argv)
 			mca_rcache_base_module_t *m = create("mrnotify", "create", &c);
 
 			result(m != NULL, "the cache is created", NULL);
+			if (m)
+				mca_rcache_base_module_destroy(m);
+		} else if (!strcmp(modes[i], "create-grdma")) {
+			struct ctx c = {.name = "create-grdma"};
+			mca_rcache_base_module_t *m = create("grdma", "create-grdma", &c);
+
+			result(m != NULL, "a grdma cache is created", NULL);
 			if (m)
 				mca_rcache_base_module_destroy(m);
 		} else if (!strcmp(modes[i], "create-fails")) {
