@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * rcache/mrnotify: the component. Registers the MCA parameters and
- * creates modules (init). The caches and
+ * rcache/mrnotify: the component. Registers the MCA parameters, checks at
+ * open that it runs in the Open MPI it was built for and that the job's
+ * configuration can reach it, and creates modules (init). The caches and
  * the module functions are in rcache_mrnotify_module.c.
  */
 #define _GNU_SOURCE	/* dladdr */
 #include "rcache_mrnotify.h"
 
+#include "opal/class/opal_list.h"
 #include "opal/mca/base/base.h"
 #include "opal/mca/base/mca_base_var.h"
 #include "opal/mca/base/mca_base_var_enum.h"
+#include "opal/mca/dl/base/base.h"
 #include "opal/mca/rcache/base/base.h"
 #include "opal/util/show_help.h"
 
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MRN_COMPONENT_MAJOR 0
 #define MRN_COMPONENT_MINOR 1
@@ -29,6 +33,26 @@
 #endif
 #ifndef MRN_HELP_DIR
 #define MRN_HELP_DIR "<datadir>/mrnotify"
+#endif
+
+/*
+ * What this build was compiled against. The tests build the component
+ * with some of these changed to check that it refuses to load.
+ */
+#ifndef MRN_BUILT_OPAL_MAJOR
+#define MRN_BUILT_OPAL_MAJOR OPAL_MAJOR_VERSION
+#endif
+#ifndef MRN_BUILT_OPAL_MINOR
+#define MRN_BUILT_OPAL_MINOR OPAL_MINOR_VERSION
+#endif
+#ifndef MRN_BUILT_OPAL_RELEASE
+#define MRN_BUILT_OPAL_RELEASE OPAL_RELEASE_VERSION
+#endif
+#ifndef MRN_BUILT_SIZEOF_LIST_ITEM
+#define MRN_BUILT_SIZEOF_LIST_ITEM sizeof(opal_list_item_t)
+#endif
+#ifndef MRN_BUILT_SIZEOF_REGISTRATION
+#define MRN_BUILT_SIZEOF_REGISTRATION sizeof(mca_rcache_base_registration_t)
 #endif
 
 static int mrn_component_register(void);
@@ -72,6 +96,11 @@ static const mca_base_var_enum_value_t mrn_fork_values[] = {
 	{MRN_RCACHE_FORK_DONTFORK, "dontfork"},
 	{MRN_RCACHE_FORK_NONE, "none"},
 	{0, NULL},
+};
+
+/* Our parameters, by name, for the checks of the configuration. */
+static const char *const mrn_param_names[] = {
+	"monitor", "max_pinned", "max_entries", "fork", "print_stats", "verbose", NULL,
 };
 
 /*
@@ -288,13 +317,181 @@ static int mrn_component_register(void)
 	return OPAL_SUCCESS;
 }
 
+/*
+ * Open MPI checks nothing but the MCA base version when it loads a
+ * component: one built against another release, or against a debug or
+ * CUDA build (other structure layouts), would load and corrupt memory.
+ * The release comes from the dl framework's component, which is built into
+ * libopen-pal; the layouts from the sizes libopen-pal's classes record.
+ */
+static bool check_open_mpi(void)
+{
+	const mca_base_component_t *pal =
+		opal_dl_base_selected_component ? &opal_dl_base_selected_component->base_version : NULL;
+	char built[128], running[128];
+
+	snprintf(built, sizeof(built), "%d.%d.%d", MRN_BUILT_OPAL_MAJOR, MRN_BUILT_OPAL_MINOR,
+		 MRN_BUILT_OPAL_RELEASE);
+	if (pal) {
+		snprintf(running, sizeof(running), "%d.%d.%d", pal->mca_project_major_version,
+			 pal->mca_project_minor_version, pal->mca_project_release_version);
+		if (strcmp(built, running)) {
+			opal_show_help(MRN_HELP_FILE, "version-mismatch", true, MRN_LOG_PREFIX, built,
+				       running);
+			return false;
+		}
+	}
+	if (opal_list_item_t_class.cls_sizeof != MRN_BUILT_SIZEOF_LIST_ITEM ||
+	    mca_rcache_base_registration_t_class.cls_sizeof != MRN_BUILT_SIZEOF_REGISTRATION) {
+		opal_show_help(MRN_HELP_FILE, "layout-mismatch", true, MRN_LOG_PREFIX, built,
+			       OPAL_ENABLE_DEBUG, OPAL_CUDA_SUPPORT, OPAL_CUDA_GDR_SUPPORT,
+			       (size_t)MRN_BUILT_SIZEOF_LIST_ITEM, opal_list_item_t_class.cls_sizeof,
+			       (size_t)MRN_BUILT_SIZEOF_REGISTRATION,
+			       mca_rcache_base_registration_t_class.cls_sizeof);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Directories in mca_base_component_path that do not exist: Open MPI stops
+ * scanning at the first one, silently, and every component in the
+ * directories after it (often SYS_DEFAULT, all of Open MPI's own) is lost.
+ */
+static void check_component_path(void)
+{
+	const char **value = NULL;
+	char *copy, *dir, *save = NULL;
+	struct stat st;
+	int var;
+
+	var = mca_base_var_find("opal", "mca", "base", "component_path");
+	if (var < 0 || mca_base_var_get_value(var, &value, NULL, NULL) != OPAL_SUCCESS || !value ||
+	    !*value)
+		return;
+	copy = strdup(*value);
+	if (!copy)
+		return;
+	for (dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		const bool last = !save || !*save;
+		char user[PATH_MAX];
+
+		if (!strcmp(dir, "SYS_DEFAULT"))
+			continue;
+		/*
+		 * ~/.openmpi/components rarely exists: harmless last (as in
+		 * Open MPI's default path), fatal to what comes after it.
+		 */
+		if (!strcmp(dir, "USER_DEFAULT")) {
+			if (last)
+				continue;
+			snprintf(user, sizeof(user), "%s/.openmpi/components",
+				 getenv("HOME") ? getenv("HOME") : "");
+			dir = user;
+		}
+		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			opal_show_help(MRN_HELP_FILE, "missing-dir", true, MRN_LOG_PREFIX, dir, *value,
+				       MRN_SHADOW_DIR);
+			break;
+		}
+	}
+	free(copy);
+}
+
+/* Whether the user set one of our parameters for the component called name. */
+static const char *param_set_for(const char *name)
+{
+	static char env[128];
+
+	for (int i = 0; mrn_param_names[i]; i++) {
+		snprintf(env, sizeof(env), "OMPI_MCA_rcache_%s_%s", name, mrn_param_names[i]);
+		if (getenv(env))
+			return env + strlen("OMPI_MCA_");
+	}
+	return NULL;
+}
+
+/*
+ * Open MPI's own grdma, when it is loaded: in this process it serves every
+ * transport that asks for "grdma", and the grdma-named build of ours is not
+ * loaded.
+ */
+static mca_rcache_base_component_t *stock_grdma(void)
+{
+	mca_base_component_list_item_t *cli;
+
+	OPAL_LIST_FOREACH (cli, &opal_rcache_base_framework.framework_components,
+			   mca_base_component_list_item_t) {
+		/* Our grdma-named build registers a monitor; Open MPI's does not. */
+		if (!strcmp(cli->cli_component->mca_component_name, "grdma") &&
+		    mca_base_var_find("opal", "rcache", "grdma", "monitor") < 0)
+			return (mca_rcache_base_component_t *)cli->cli_component;
+	}
+	return NULL;
+}
+
+/*
+ * Open MPI's grdma selected although the user configured ours. Open MPI
+ * says nothing when a transport asks for grdma and gets its own, and it
+ * ignores parameters nobody registered (rcache_grdma_monitor without our
+ * build): the job would run with a cache that misses raw unmaps while the
+ * user believes otherwise. Open MPI has no notice of which cache a
+ * transport creates, so the mrnotify build wraps the stock grdma's init,
+ * warns on its first call and hands over; close puts it back.
+ */
+static mca_rcache_base_component_init_fn_t stock_grdma_init;
+static mca_rcache_base_component_t *stock_grdma_wrapped;
+static const char *stock_grdma_param;
+
+static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources_t *res)
+{
+	static bool warned;
+
+	if (!warned) {
+		warned = true;
+		opal_show_help(MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
+			       res && res->cache_name ? res->cache_name : "(unnamed)", stock_grdma_param,
+			       MRN_SHADOW_DIR);
+	}
+	return stock_grdma_init(res);
+}
+
+static void check_configuration(void)
+{
+	mca_rcache_base_component_t *grdma = stock_grdma();
+	const char *set;
+
+	check_component_path();
+	if (!grdma || MRN_IS_SHADOW)
+		return;
+	set = param_set_for("grdma");
+	if (!set)
+		set = param_set_for(MRN_RCACHE_NAME_STR);
+	if (!set || grdma->rcache_init == warn_stock_grdma_init)
+		return;
+	stock_grdma_param = set;
+	stock_grdma_init = grdma->rcache_init;
+	stock_grdma_wrapped = grdma;
+	grdma->rcache_init = warn_stock_grdma_init;
+}
+
 static int mrn_component_open(void)
 {
+	if (!check_open_mpi())
+		return OPAL_ERR_NOT_SUPPORTED;
+	check_configuration();
 	return OPAL_SUCCESS;
 }
 
 static int mrn_component_close(void)
 {
+	/*
+	 * Put grdma's init back, unless grdma was closed (and unloaded)
+	 * before us: the framework closes its components in list order.
+	 */
+	if (stock_grdma_wrapped && stock_grdma() == stock_grdma_wrapped)
+		stock_grdma_wrapped->rcache_init = stock_grdma_init;
+	stock_grdma_wrapped = NULL;
 	return OPAL_SUCCESS;
 }
 
