@@ -88,8 +88,11 @@ OPAL_DECLSPEC extern mrn_rcache_component_t mca_rcache_mrnotify_component;
 /*
  * Ranges reported by Open MPI's memory hooks (monitor "none"), queued
  * without locks or allocation (the hook may run inside free() or munmap()),
- * applied by the next call into the cache. When it overflows, everything is
- * invalidated.
+ * applied by the next call into the cache. Only ranges that overlap what
+ * the cache ever registered are queued. A range that finds the queue full
+ * is merged into one span (2 MiB granularity, one word, so that merging
+ * stays a single compare-and-swap), invalidated with the queue: an
+ * overflow drops the registrations near the lost ranges, not the cache.
  */
 #define MRN_HOOK_RING_SIZE 1024
 
@@ -104,7 +107,8 @@ struct mrn_hook_ring {
 	char pad0[56];
 	uint64_t tail;			/* next ticket of the consumer */
 	char pad1[56];
-	int overflow;
+	/* Ranges that found the queue full, merged: see MRN_LOST_*. 0: none. */
+	uint64_t lost;
 	uint64_t queued;		/* statistics */
 	uint64_t overflows;
 	struct mrn_hook_slot slots[MRN_HOOK_RING_SIZE];
@@ -129,6 +133,9 @@ typedef struct mrn_shared_cache {
 	bool hooks;			/* fed by Open MPI's memory hooks */
 	bool print_stats;		/* at destruction */
 	struct mrn_hook_ring *ring;	/* when hooks */
+	/* Every address the cache ever registered is in [span_lo, span_hi). */
+	uintptr_t span_lo;
+	uintptr_t span_hi;
 	uint64_t uncached_live;		/* atomics */
 	uint64_t uncached_total;
 	uint64_t hook_invalidations;

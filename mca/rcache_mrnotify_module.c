@@ -99,6 +99,20 @@ static void reg_init(mca_rcache_base_registration_t *reg, size_t sizeof_reg,
 	reg->ref_count = 1;
 }
 
+/* The span only grows: lo by compare-and-swap down, hi up. */
+static void span_extend(mrn_shared_cache_t *s, uintptr_t lo, uintptr_t hi)
+{
+	uintptr_t cur = __atomic_load_n(&s->span_lo, __ATOMIC_RELAXED);
+
+	while (lo < cur && !__atomic_compare_exchange_n(&s->span_lo, &cur, lo, true,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
+	cur = __atomic_load_n(&s->span_hi, __ATOMIC_RELAXED);
+	while (hi > cur && !__atomic_compare_exchange_n(&s->span_hi, &cur, hi, true,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
+}
+
 static int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t access, void *payload)
 {
 	mrn_shared_cache_t *s = context;
@@ -112,6 +126,13 @@ static int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t acce
 	 */
 	reg_init(reg, s->sizeof_reg, call ? &call->module->super : NULL, addr, len,
 		 call ? call->flags : 0, (int32_t)access);
+	/*
+	 * Widen the span the memory hooks filter by before pinning: an unmap
+	 * that the hooks see after this is queued; one they saw before it
+	 * took the pages before we pin them.
+	 */
+	if (s->ring)
+		span_extend(s, (uintptr_t)addr, (uintptr_t)addr + len);
 	return opal_to_errno(s->register_mem(s->reg_data, addr, len, reg));
 }
 
@@ -130,6 +151,53 @@ static void hook_ring_init(struct mrn_hook_ring *r)
 {
 	for (uint64_t i = 0; i < MRN_HOOK_RING_SIZE; i++)
 		r->slots[i].seq = i;
+}
+
+/*
+ * The merged span of ranges lost to a full queue, in one word: 2 MiB chunk
+ * numbers, the first in the low 28 bits and the end (exclusive) in the
+ * next 28, which covers 2^49 bytes of address space; beyond that, the end
+ * is "everything above". 0 means nothing was lost.
+ */
+#define MRN_LOST_SHIFT 21
+#define MRN_LOST_BITS 28
+#define MRN_LOST_MAX ((UINT64_C(1) << MRN_LOST_BITS) - 1)
+
+static void lost_merge(struct mrn_hook_ring *r, uintptr_t start, size_t len)
+{
+	const uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+	uint64_t lo = start >> MRN_LOST_SHIFT;
+	uint64_t hi = (end >> MRN_LOST_SHIFT) + ((end & (((uintptr_t)1 << MRN_LOST_SHIFT) - 1)) != 0);
+	uint64_t old = __atomic_load_n(&r->lost, __ATOMIC_RELAXED), merged;
+
+	lo = lo > MRN_LOST_MAX ? MRN_LOST_MAX - 1 : lo;
+	hi = hi > MRN_LOST_MAX ? MRN_LOST_MAX : hi;
+	do {
+		uint64_t mlo = lo, mhi = hi;
+
+		if (old) {
+			mlo = (old & MRN_LOST_MAX) < mlo ? (old & MRN_LOST_MAX) : mlo;
+			mhi = (old >> MRN_LOST_BITS) > mhi ? (old >> MRN_LOST_BITS) : mhi;
+		}
+		merged = mlo | (mhi << MRN_LOST_BITS);
+	} while (!__atomic_compare_exchange_n(&r->lost, &old, merged, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
+}
+
+/* Takes the lost span, if any: [*start, *start + *len). */
+static bool lost_take(struct mrn_hook_ring *r, uintptr_t *start, size_t *len)
+{
+	const uint64_t w = __atomic_exchange_n(&r->lost, 0, __ATOMIC_ACQ_REL);
+	uint64_t lo, hi;
+
+	if (!w)
+		return false;
+	lo = w & MRN_LOST_MAX;
+	hi = w >> MRN_LOST_BITS;
+	*start = (uintptr_t)lo << MRN_LOST_SHIFT;
+	*len = hi == MRN_LOST_MAX ? (~(size_t)0 >> 1) - *start
+				  : ((uintptr_t)(hi - lo) << MRN_LOST_SHIFT);
+	return true;
 }
 
 /*
@@ -154,8 +222,8 @@ static void hook_ring_push(struct mrn_hook_ring *r, uintptr_t start, size_t len)
 				return;
 			}
 		} else if (seq < pos) {
-			/* Full: the consumer drops everything instead. */
-			__atomic_store_n(&r->overflow, 1, __ATOMIC_RELEASE);
+			/* Full: merged, not lost. */
+			lost_merge(r, start, len);
 			__atomic_fetch_add(&r->overflows, 1, __ATOMIC_RELAXED);
 			return;
 		} else {
@@ -198,14 +266,15 @@ static void hook_ring_drain(mrn_shared_cache_t *s)
 
 	if (__atomic_load_n(&r->tail, __ATOMIC_RELAXED) ==
 		    __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) &&
-	    !__atomic_load_n(&r->overflow, __ATOMIC_ACQUIRE))
+	    !__atomic_load_n(&r->lost, __ATOMIC_ACQUIRE))
 		return;
-	if (__atomic_exchange_n(&r->overflow, 0, __ATOMIC_ACQ_REL)) {
-		/* Ranges were lost: nothing cached may be trusted. */
-		const size_t all = ~(size_t)0 >> 1;
+	if (lost_take(r, &start, &len)) {
+		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
 
-		mrn_log(2, "cache %s: memory hook queue overflowed; invalidating everything", s->name);
-		(void)mrn_invalidate_range(s->cache, NULL, all);
+		mrn_log(2, "cache %s: memory hook queue overflowed; invalidated [%#lx, %#lx): %ld registrations",
+			s->name, (unsigned long)start, (unsigned long)(start + len), n);
+		if (n > 0)
+			__atomic_fetch_add(&s->hook_invalidations, (uint64_t)n, __ATOMIC_RELAXED);
 	}
 	while (hook_ring_pop(r, &start, &len)) {
 		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
@@ -223,14 +292,20 @@ static inline void sync_hooks(mrn_shared_cache_t *s)
 
 static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *addr, size_t size)
 {
-	mrn_rcache_module_t *m = (mrn_rcache_module_t *)rcache;
+	mrn_shared_cache_t *s = ((mrn_rcache_module_t *)rcache)->shared;
+	const uintptr_t start = (uintptr_t)addr;
+	const uintptr_t end = start + size < start ? UINTPTR_MAX : start + size;
 
 	/*
 	 * Always success: any error makes Open MPI end the process. An entry
 	 * still in use is deregistered when its last user releases it.
+	 * Ranges outside everything the cache registered cannot matter to
+	 * it: most unmaps of a process are such, and they would only fill
+	 * the queue.
 	 */
-	if (size)
-		hook_ring_push(m->shared->ring, (uintptr_t)addr, size);
+	if (size && end > __atomic_load_n(&s->span_lo, __ATOMIC_SEQ_CST) &&
+	    start < __atomic_load_n(&s->span_hi, __ATOMIC_SEQ_CST))
+		hook_ring_push(s->ring, start, size);
 	return OPAL_SUCCESS;
 }
 
@@ -521,6 +596,8 @@ static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
 			goto fail;
 		}
 		hook_ring_init(s->ring);
+		s->span_lo = UINTPTR_MAX;
+		s->span_hi = 0;
 	}
 	mrn_log(1, "cache %s: monitor %s, leave_pinned %s (mpi_leave_pinned %d, pipeline %d), %s",
 		s->name, mode_name(s), s->keep_idle ? "on" : "off", opal_leave_pinned,
@@ -541,7 +618,8 @@ static void print_stats(mrn_shared_cache_t *s)
 		return;
 	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d "
 		    "hits=%llu misses=%llu upgrades=%llu evictions=%llu invalidations=%llu drains=%llu "
-		    "retries=%llu failures=%llu entries=%llu pinned_bytes=%llu uncached=%llu hook_ranges=%llu",
+		    "retries=%llu failures=%llu entries=%llu pinned_bytes=%llu uncached=%llu hook_ranges=%llu "
+		    "hook_overflows=%llu",
 		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s), (int)s->keep_idle,
 		    (unsigned long long)st.hits, (unsigned long long)st.misses,
 		    (unsigned long long)st.access_upgrades, (unsigned long long)st.evictions,
@@ -549,7 +627,8 @@ static void print_stats(mrn_shared_cache_t *s)
 		    (unsigned long long)st.retries, (unsigned long long)st.register_failures,
 		    (unsigned long long)st.entries, (unsigned long long)st.pinned_bytes,
 		    (unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
-		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED) : 0));
+		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED) : 0),
+		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->overflows, __ATOMIC_RELAXED) : 0));
 }
 
 static void shared_release(mrn_shared_cache_t *s)

@@ -14,6 +14,8 @@
  *   threads      several threads registering at once while another remaps
  *   hooks        (monitor none) unmaps through libc reach the cache through
  *                Open MPI's memory hooks
+ *   hooks-overflow (monitor none) more unmaps between calls than the hook
+ *                queue holds: only registrations near them are dropped
  *   limits       (max_entries / max_pinned set) the cache stays under them
  *   bench        the registration hit path of grdma and mrnotify, same
  *                callbacks, 1e2 / 1e3 / 1e4 cached entries, random order;
@@ -728,6 +730,62 @@ static void hooks(void)
 		result(stale == 0, T2, "%ld of 4 pages stale", stale);
 }
 
+/*
+ * Monitor none, more unmaps between two calls into the cache than the hook
+ * queue holds (1,024): the ranges that do not fit are merged, so only
+ * registrations near them go, not the whole cache. 2,048 pages unmapped one
+ * by one in the middle of a 16 MiB region; registrations 4 MiB away from
+ * them on either side must survive, those on unmapped pages must not (one
+ * among the ranges queued, one among those merged).
+ */
+static void hooks_overflow(void)
+{
+	const char *T = "monitor none: 2,048 unmaps between calls (queue of 1,024) invalidate only near them";
+	struct ctx c = {.name = "overflow"};
+	mca_rcache_base_module_t *m = create("mrnotify", "overflow", &c);
+	const size_t npages = 4096, first = 1024, last = 3072;
+	const size_t at[4] = {0, 1100, 3000, npages - 1};	/* kept, queued, merged, kept */
+	struct test_reg *r[4];
+	unsigned char *region;
+	long regs;
+	int rc;
+
+	CHECK(T, m, "cannot create the cache");
+	CHECK(T, m->rcache_invalidate_range != NULL, "no invalidate function with monitor none");
+	region = map_pages(npages);
+	for (int i = 0; i < 4; i++) {
+		r[i] = reg_get(m, region + at[i] * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+		CHECK(T, r[i], "register %d failed (%d)", i, rc);
+		reg_put(m, r[i]);
+	}
+	/* Through libc, one page at a time: each is a range for the hooks. */
+	for (size_t p = first; p < last; p++)
+		munmap(region + p * PAGE, PAGE);
+	CHECK(T, mmap(region + first * PAGE, (last - first) * PAGE, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == region + first * PAGE,
+	      "mmap: %s", strerror(errno));
+	memset(region + first * PAGE, 2, (last - first) * PAGE);
+	regs = c.regs;
+	for (int i = 0; i < 4; i++) {
+		struct test_reg *again = reg_get(m, region + at[i] * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+		const bool hit = again == r[i] && c.regs == regs;
+
+		CHECK(T, again, "register %d after the unmaps failed (%d)", i, rc);
+		regs = c.regs;
+		reg_put(m, again);
+		if (i == 0 || i == 3)
+			CHECK(T, hit, "the registration at page %zu, 4 MiB from any unmap, was dropped "
+			      "(the overflow flushed the cache?)", at[i]);
+		else
+			CHECK(T, !hit, "the registration at unmapped page %zu came back (%s range)",
+			      at[i], i == 1 ? "queued" : "merged");
+	}
+	mca_rcache_base_module_destroy(m);
+	munmap(region, npages * PAGE);
+	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered", c.regs, c.deregs);
+	result(1, T, NULL);
+}
+
 /* --- limits set by MCA parameters ------------------------------------------------ */
 
 static long parse_size(const char *s)
@@ -1075,6 +1133,8 @@ int main(int argc, char **argv)
 			threads();
 		else if (!strcmp(modes[i], "hooks"))
 			hooks();
+		else if (!strcmp(modes[i], "hooks-overflow"))
+			hooks_overflow();
 		else if (!strcmp(modes[i], "limits"))
 			limits();
 		else if (!strcmp(modes[i], "bench"))
