@@ -151,6 +151,7 @@ typedef struct mrn_rcache_module {
 /* rcache_mrnotify_module.c */
 mca_rcache_base_module_t *mrn_module_create(const mca_rcache_base_resources_t *resources);
 void mrn_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool mrn_param_set(int var);
 
 END_C_DECLS
 

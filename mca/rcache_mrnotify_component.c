@@ -152,16 +152,6 @@ static int register_size(const char *name, const char *help, unsigned long long 
 					       0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
-/* True when the user set the parameter (command line, environment, file). */
-static bool param_set(int var)
-{
-	mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
-
-	if (var < 0 || mca_base_var_get_value(var, NULL, &source, NULL) != OPAL_SUCCESS)
-		return false;
-	return source != MCA_BASE_VAR_SOURCE_DEFAULT;
-}
-
 static void bad_value(const char *name, const char *value, const char *expected);
 
 /*
@@ -183,7 +173,7 @@ static void check_raw(const char *name, int var, bool number, const char *expect
 	raw = getenv(env);
 	if (!raw)
 		return;
-	if (!param_set(var)) {
+	if (!mrn_param_set(var)) {
 		bad_value(name, raw, expected);
 	} else if (number) {
 		/* A count or size: the whole text, as libmrnotify reads it. */
@@ -254,7 +244,7 @@ static void check_params(void)
 	 * The names are libmrnotify's: ask it, so that a policy it gains is
 	 * accepted here without a change, and one it lacks is refused.
 	 */
-	if (param_set(c->var_fork)) {
+	if (mrn_param_set(c->var_fork)) {
 		const char *name = mrn_fork_values[c->fork_policy].string;
 
 		if (mrn_fork_policy_from_string(name, &c->fork_kind) < 0) {

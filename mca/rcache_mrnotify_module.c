@@ -462,7 +462,7 @@ static pthread_mutex_t mrn_caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static mrn_shared_cache_t *mrn_caches;
 
 /* True when the user set the parameter (command line, environment, file). */
-static bool param_set(int var)
+bool mrn_param_set(int var)
 {
 	mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
 
@@ -498,15 +498,15 @@ static int config_from_params(mrn_shared_cache_t *s, const mca_rcache_base_resou
 			       "a MRNOTIFY_* environment variable has a bad value (see above)");
 		return -1;
 	}
-	if (param_set(c->var_monitor))
+	if (mrn_param_set(c->var_monitor))
 		cfg->monitor = (mrn_monitor_t)c->monitor;
-	if (param_set(c->var_max_pinned))
+	if (mrn_param_set(c->var_max_pinned))
 		cfg->max_pinned_bytes = c->max_pinned;
-	if (param_set(c->var_max_entries))
+	if (mrn_param_set(c->var_max_entries))
 		cfg->max_entries = c->max_entries;
-	if (param_set(c->var_fork))
+	if (mrn_param_set(c->var_fork))
 		cfg->fork_policy = c->fork_kind;
-	if (param_set(c->var_print_stats))
+	if (mrn_param_set(c->var_print_stats))
 		cfg->print_stats = c->print_stats;
 	if (c->verbose > cfg->verbose)
 		cfg->verbose = c->verbose;
