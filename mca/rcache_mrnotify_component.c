@@ -245,7 +245,10 @@ static void check_params(void)
 	 * accepted here without a change, and one it lacks is refused.
 	 */
 	if (mrn_param_set(c->var_fork)) {
-		const char *name = mrn_fork_values[c->fork_policy].string;
+		/* The enum admits only its values; guard the index all the same. */
+		const int i = c->fork_policy >= MRN_RCACHE_FORK_AUTO &&
+				      c->fork_policy <= MRN_RCACHE_FORK_NONE ? c->fork_policy : 0;
+		const char *name = mrn_fork_values[i].string;
 
 		if (mrn_fork_policy_from_string(name, &c->fork_kind) < 0) {
 			opal_show_help(MRN_HELP_FILE, "fork-unsupported", true, MRN_LOG_PREFIX, name,

@@ -108,11 +108,15 @@ run_probe() {
 			--mca btl_openib_allow_ib 1 --mca btl_openib_cpc_include rdmacm \
 			--mca btl_openib_warn_no_device_params_found 0 \
 			--mca btl_ofi_provider_include 'verbs;ofi_rxm' --mca btl_ofi_mode 2 \
-			--mca btl_base_verbose 100 --mca osc ^rdma -x FI_LOG_LEVEL=warn \
+			--mca btl_base_verbose 100 --mca osc ^rdma -x FI_LOG_LEVEL=info \
 			"$MPI_TEST" --iters 1 --no-osc --no-remap >"$OUT" 2>&1
 		echo "== (exit $?)"
-		grep -iE "$btl|udcm|rdmacm|cpc|verbs|rxm|fi_|libfabric|link layer|unreachable|ok$" "$OUT" |
-			sort | uniq -c | sort -rn | head -n 40
+		grep -iE "$btl|udcm|rdmacm|cpc|link layer|unreachable|ok$" "$OUT" | grep -v libfabric |
+			sed 's/^\[[^]]*\] //' | sort | uniq -c | sort -rn | head -n 30
+		# libfabric's reasons for turning down verbs;ofi_rxm (FI_LOG_LEVEL=info).
+		grep -E 'libfabric:[0-9]*:[0-9]*:(verbs|ofi_rxm|core)' "$OUT" |
+			grep -iE 'mr_mode|caps|support|invalid|mismatch|not |unable|fail' |
+			sed 's/^libfabric:[0-9]*:[0-9]*://' | sort | uniq -c | sort -rn | head -n 30
 	done
 	# Evidence, not a test: nothing to count.
 	restore_vm
