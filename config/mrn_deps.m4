@@ -48,11 +48,16 @@ AC_DEFUN([MRN_CHECK_OMPI], [
   AS_IF([test "x$MRN_WITH_OMPI" = xyes && test -n "$MPICC"],
     [OMPI_LIBDIR=`$MPICC --showme:libdirs 2>/dev/null | awk '{print $[1]}'`])
   AC_SUBST([OMPI_LIBDIR])
+  # make install stays under --prefix unless told otherwise: by default the
+  # component goes to <pkglibdir>/components, next to grdma-shadow;
+  # --with-ompi-component-dir=ompi means Open MPI's own directory.
   AC_ARG_WITH([ompi-component-dir],
-    [AS_HELP_STRING([--with-ompi-component-dir=DIR], [where make install puts mca_rcache_mrnotify.so (default: Open MPI's own, from ompi_info --path pkglibdir)])],
+    [AS_HELP_STRING([--with-ompi-component-dir=DIR], [where make install puts mca_rcache_mrnotify.so (default: PKGLIBDIR/components, under the prefix; "ompi": Open MPI's own component directory, from ompi_info --path pkglibdir, where Open MPI finds it without mca_base_component_path)])],
     [ompicomponentdir=$with_ompi_component_dir],
-    [ompicomponentdir=`ompi_info --path pkglibdir 2>/dev/null | sed -n 's/^ *Pkglibdir: *//p'`
-     AS_IF([test -z "$ompicomponentdir"], [ompicomponentdir="$OMPI_LIBDIR/openmpi3"])])
+    [ompicomponentdir='${pkglibdir}/components'])
+  AS_IF([test "x$ompicomponentdir" = xompi], [
+    ompicomponentdir=`ompi_info --path pkglibdir 2>/dev/null | sed -n 's/^ *Pkglibdir: *//p'`
+    AS_IF([test -z "$ompicomponentdir"], [AC_MSG_ERROR([--with-ompi-component-dir=ompi: ompi_info --path pkglibdir gave nothing])])])
   AC_SUBST([ompicomponentdir])
   # The component's MPI test programs (tests/mca).
   MPI_CFLAGS=

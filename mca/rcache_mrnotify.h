@@ -8,7 +8,14 @@
  * The same sources build two components: "mrnotify" (for transports that let
  * the user name the cache, e.g. btl_openib_rcache) and, with
  * MRN_RCACHE_NAME=grdma, a stand-in for grdma for the transports that ask for
- * "grdma" by name (btl/ofi, btl/uct, vader's knem path).
+ * "grdma" by name (btl/ofi, btl/uct, vader's knem path). Both may be loaded
+ * in one process: they are built with hidden visibility and export only the
+ * component structure, so that neither binds the other's calls.
+ *
+ * rcache_mrnotify_component.c: MCA parameters, open (checks of the Open MPI
+ * we run in and of the configuration), close, init.
+ * rcache_mrnotify_module.c: the caches shared between modules and the
+ * module functions.
  */
 #ifndef MCA_RCACHE_MRNOTIFY_H
 #define MCA_RCACHE_MRNOTIFY_H
@@ -34,34 +41,43 @@
 /* The loader finds the component by this symbol: mca_rcache_<name>_component. */
 #define mca_rcache_mrnotify_component MRN_PASTE(mca_rcache_, MRN_RCACHE_NAME, _component)
 #define MRN_RCACHE_NAME_STR MRN_STR(MRN_RCACHE_NAME)
-#define MRN_IS_SHADOW_ (sizeof(MRN_RCACHE_NAME_STR) == sizeof("grdma"))
+#define MRN_IS_SHADOW (sizeof(MRN_RCACHE_NAME_STR) == sizeof("grdma"))
 /* How messages name this component: "rcache mrnotify" or "rcache grdma (mrnotify)". */
-#define MRN_LOG_PREFIX (MRN_IS_SHADOW_ ? "rcache " MRN_RCACHE_NAME_STR " (mrnotify)" : "rcache mrnotify")
+#define MRN_LOG_PREFIX (MRN_IS_SHADOW ? "rcache " MRN_RCACHE_NAME_STR " (mrnotify)" : "rcache mrnotify")
+
+/* The help file (help-rcache-mrnotify.txt) of opal_show_help(). */
+#define MRN_HELP_FILE "help-rcache-mrnotify.txt"
 
 BEGIN_C_DECLS
 
 /* Registrations made outside the cache (BYPASS, PERSIST, INVALID). */
 #define MRN_REG_FLAG_UNCACHED MCA_RCACHE_FLAGS_MOD_RESV0
 
+/*
+ * Values of the fork parameter. Its names are handed to libmrnotify's
+ * mrn_fork_policy_from_string(), which owns their meaning.
+ */
+enum {
+	MRN_RCACHE_FORK_AUTO = 0,
+	MRN_RCACHE_FORK_DONTFORK,
+	MRN_RCACHE_FORK_NONE,
+};
+
 typedef struct mrn_rcache_component {
 	mca_rcache_base_component_t super;
 
 	/* MCA parameter storage (owned by the MCA variable system). */
-	char *monitor;
-	char *max_pinned;
-	char *max_entries;
-	char *fork_policy;
+	int monitor;			/* mrn_monitor_t */
+	int fork_policy;		/* MRN_RCACHE_FORK_* */
+	unsigned long long max_pinned;
+	unsigned long long max_entries;
 	bool print_stats;
 	int verbose;
-	char *usage;
 
 	/* Their indices, to tell values set by the user from defaults. */
-	int var_monitor, var_max_pinned, var_max_entries, var_fork;
+	int var_monitor, var_max_pinned, var_max_entries, var_fork, var_print_stats;
 
-	/* Parsed. */
-	mrn_monitor_t monitor_kind;
-	uint64_t max_pinned_bytes;
-	uint64_t max_entries_count;
+	/* The fork parameter as libmrnotify understands it (when set). */
 	mrn_fork_policy_t fork_kind;
 	/* A parameter had a bad value: no cache is created. */
 	bool config_error;
@@ -72,8 +88,11 @@ OPAL_DECLSPEC extern mrn_rcache_component_t mca_rcache_mrnotify_component;
 /*
  * Ranges reported by Open MPI's memory hooks (monitor "none"), queued
  * without locks or allocation (the hook may run inside free() or munmap()),
- * applied by the next call into the cache. When it overflows, everything is
- * invalidated.
+ * applied by the next call into the cache. Only ranges that overlap what
+ * the cache ever registered are queued. A range that finds the queue full
+ * is merged into one span (2 MiB granularity, one word, so that merging
+ * stays a single compare-and-swap), invalidated with the queue: an
+ * overflow drops the registrations near the lost ranges, not the cache.
  */
 #define MRN_HOOK_RING_SIZE 1024
 
@@ -88,7 +107,8 @@ struct mrn_hook_ring {
 	char pad0[56];
 	uint64_t tail;			/* next ticket of the consumer */
 	char pad1[56];
-	int overflow;
+	/* Ranges that found the queue full, merged: see MRN_LOST_*. 0: none. */
+	uint64_t lost;
 	uint64_t queued;		/* statistics */
 	uint64_t overflows;
 	struct mrn_hook_slot slots[MRN_HOOK_RING_SIZE];
@@ -101,7 +121,7 @@ struct mrn_hook_ring {
 typedef struct mrn_shared_cache {
 	struct mrn_shared_cache *next;
 	char *name;			/* copied: callers free theirs after init */
-	int refs;			/* modules using it (component lock) */
+	int refs;			/* modules using it (list lock) */
 	void *reg_data;
 	size_t sizeof_reg;
 	int (*register_mem)(void *reg_data, void *base, size_t size,
@@ -111,7 +131,11 @@ typedef struct mrn_shared_cache {
 	mrn_monitor_t monitor;		/* what the library uses */
 	bool keep_idle;			/* leave_pinned as decided at creation */
 	bool hooks;			/* fed by Open MPI's memory hooks */
+	bool print_stats;		/* at destruction */
 	struct mrn_hook_ring *ring;	/* when hooks */
+	/* Every address the cache ever registered is in [span_lo, span_hi). */
+	uintptr_t span_lo;
+	uintptr_t span_hi;
 	uint64_t uncached_live;		/* atomics */
 	uint64_t uncached_total;
 	uint64_t hook_invalidations;
@@ -125,14 +149,9 @@ typedef struct mrn_rcache_module {
 } mrn_rcache_module_t;
 
 /* rcache_mrnotify_module.c */
-void mrn_module_setup(mrn_rcache_module_t *module);
-int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t access, void *payload);
-int mrn_dereg_callback(void *context, void *payload);
-void mrn_hook_ring_init(struct mrn_hook_ring *ring);
-
-/* rcache_mrnotify_component.c */
+mca_rcache_base_module_t *mrn_module_create(const mca_rcache_base_resources_t *resources);
 void mrn_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void mrn_shared_release(mrn_shared_cache_t *shared);
+bool mrn_param_set(int var);
 
 END_C_DECLS
 

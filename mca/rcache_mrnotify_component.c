@@ -1,24 +1,28 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * rcache/mrnotify: the component (MCA parameters, module creation) and the
- * caches shared between modules.
+ * rcache/mrnotify: the component. Registers the MCA parameters, checks at
+ * open that it runs in the Open MPI it was built for and that the job's
+ * configuration can reach it, and creates modules (init). The caches and
+ * the module functions are in rcache_mrnotify_module.c.
  */
+#define _GNU_SOURCE	/* dladdr */
 #include "rcache_mrnotify.h"
 
+#include "opal/class/opal_list.h"
 #include "opal/mca/base/base.h"
 #include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/base/mca_base_var_enum.h"
+#include "opal/mca/dl/base/base.h"
 #include "opal/mca/rcache/base/base.h"
-#include "opal/memoryhooks/memory.h"
-#include "opal/runtime/opal_params.h"
-#include "opal/util/output.h"
-#include "opal/util/proc.h"
+#include "opal/util/show_help.h"
 
-#include <errno.h>
-#include <pthread.h>
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MRN_COMPONENT_MAJOR 0
 #define MRN_COMPONENT_MINOR 1
@@ -27,8 +31,29 @@
 #ifndef MRN_SHADOW_DIR
 #define MRN_SHADOW_DIR "<libdir>/mrnotify/grdma-shadow"
 #endif
-#define MRN_USAGE "--mca btl_openib_rcache mrnotify, or --mca mca_base_component_path " MRN_SHADOW_DIR ":SYS_DEFAULT"
-#define MRN_USAGE_SHADOW "--mca mca_base_component_path " MRN_SHADOW_DIR ":SYS_DEFAULT"
+#ifndef MRN_HELP_DIR
+#define MRN_HELP_DIR "<datadir>/mrnotify"
+#endif
+
+/*
+ * What this build was compiled against. The tests build the component
+ * with some of these changed to check that it refuses to load.
+ */
+#ifndef MRN_BUILT_OPAL_MAJOR
+#define MRN_BUILT_OPAL_MAJOR OPAL_MAJOR_VERSION
+#endif
+#ifndef MRN_BUILT_OPAL_MINOR
+#define MRN_BUILT_OPAL_MINOR OPAL_MINOR_VERSION
+#endif
+#ifndef MRN_BUILT_OPAL_RELEASE
+#define MRN_BUILT_OPAL_RELEASE OPAL_RELEASE_VERSION
+#endif
+#ifndef MRN_BUILT_SIZEOF_LIST_ITEM
+#define MRN_BUILT_SIZEOF_LIST_ITEM sizeof(opal_list_item_t)
+#endif
+#ifndef MRN_BUILT_SIZEOF_REGISTRATION
+#define MRN_BUILT_SIZEOF_REGISTRATION sizeof(mca_rcache_base_registration_t)
+#endif
 
 static int mrn_component_register(void);
 static int mrn_component_open(void);
@@ -55,404 +80,435 @@ mrn_rcache_component_t mca_rcache_mrnotify_component = {
 	.var_max_pinned = -1,
 	.var_max_entries = -1,
 	.var_fork = -1,
+	.var_print_stats = -1,
 };
 
-#define C mca_rcache_mrnotify_component
+static const mca_base_var_enum_value_t mrn_monitor_values[] = {
+	{MRN_MONITOR_AUTO, "auto"},
+	{MRN_MONITOR_KERNEL, "kernel"},
+	{MRN_MONITOR_UFFD, "uffd"},
+	{MRN_MONITOR_NONE, "none"},
+	{0, NULL},
+};
+
+static const mca_base_var_enum_value_t mrn_fork_values[] = {
+	{MRN_RCACHE_FORK_AUTO, "auto"},
+	{MRN_RCACHE_FORK_DONTFORK, "dontfork"},
+	{MRN_RCACHE_FORK_NONE, "none"},
+	{0, NULL},
+};
+
+/* Our parameters, by name, for the checks of the configuration. */
+static const char *const mrn_param_names[] = {
+	"monitor", "max_pinned", "max_entries", "fork", "print_stats", "verbose", NULL,
+};
 
 /*
- * Guards the list of shared caches. Taken only when modules are created and
- * finalized, never on the registration path and never by a memory hook.
+ * Where opal_show_help() finds our help file: next to the component (the
+ * build tree copies it there) and where make install put it. Open MPI only
+ * looks in its own data directory, which make install does not touch.
  */
-static pthread_mutex_t mrn_caches_lock = PTHREAD_MUTEX_INITIALIZER;
-static mrn_shared_cache_t *mrn_caches;
-
-void mrn_log(int level, const char *fmt, ...)
+static void add_help_dirs(void)
 {
-	char buf[1024];
+	static bool done;
+	char path[PATH_MAX], *slash;
+	Dl_info info;
+
+	if (done)
+		return;
+	done = true;
+	if (dladdr(&mca_rcache_mrnotify_component, &info) && info.dli_fname &&
+	    snprintf(path, sizeof(path), "%s", info.dli_fname) < (int)sizeof(path) &&
+	    (slash = strrchr(path, '/'))) {
+		*slash = '\0';
+		opal_show_help_add_dir(path);
+	}
+	opal_show_help_add_dir(MRN_HELP_DIR);
+}
+
+static int register_enum(const char *name, const char *help, const mca_base_var_enum_value_t *values,
+			 int *storage, int def)
+{
+	mca_base_var_enum_t *new_enum = NULL;
+	char enum_name[64];
+	int var;
+
+	snprintf(enum_name, sizeof(enum_name), "rcache_%s_%s", MRN_RCACHE_NAME_STR, name);
+	if (mca_base_var_enum_create(enum_name, values, &new_enum) != OPAL_SUCCESS)
+		return -1;
+	*storage = def;
+	var = mca_base_component_var_register(&mca_rcache_mrnotify_component.super.rcache_version,
+					      name, help, MCA_BASE_VAR_TYPE_INT, new_enum, 0, 0,
+					      OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, storage);
+	OBJ_RELEASE(new_enum);
+	return var;
+}
+
+static int register_size(const char *name, const char *help, unsigned long long *storage)
+{
+	*storage = 0;
+	return mca_base_component_var_register(&mca_rcache_mrnotify_component.super.rcache_version,
+					       name, help, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL, 0,
+					       0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static void bad_value(const char *name, const char *value, const char *expected);
+
+/*
+ * Values the MCA system lets through or drops. A value it rejects (not one
+ * of an enum's names) leaves the default in place with Open MPI's own
+ * message; a number it parses only in part ("12Q", "1e3", "-1", which
+ * becomes 2^64 - 1) is taken as what it parsed. The user asked for
+ * something else: that is an error, not the default. Only the environment
+ * (where mpirun --mca puts values for the processes) keeps the text as the
+ * user wrote it.
+ */
+static void check_raw(const char *name, int var, bool number, const char *expected)
+{
+	char env[128];
+	const char *raw;
+	uint64_t parsed;
+
+	snprintf(env, sizeof(env), "OMPI_MCA_rcache_%s_%s", MRN_RCACHE_NAME_STR, name);
+	raw = getenv(env);
+	if (!raw)
+		return;
+	if (!mrn_param_set(var)) {
+		bad_value(name, raw, expected);
+	} else if (number) {
+		/* A count or size: the whole text, as libmrnotify reads it. */
+		const unsigned long long *storage = !strcmp(name, "max_pinned") ?
+			&mca_rcache_mrnotify_component.max_pinned : &mca_rcache_mrnotify_component.max_entries;
+		bool ok = raw[0] >= '0' && raw[0] <= '9' && mrn_size_from_string(raw, &parsed) == 0 &&
+			  parsed == *storage;
+
+		if (ok && !strcmp(name, "max_entries"))
+			ok = strspn(raw, "0123456789") == strlen(raw);
+		if (!ok)
+			bad_value(name, raw, expected);
+	}
+}
+
+/*
+ * The first bad value, repeated when a cache is refused: a process that
+ * stops right after its first message may lose it on the way to mpirun
+ * (seen with Open MPI 4.1.4: "Data unpack would read past end of buffer" in
+ * orte/util/show_help.c), and the user must still learn why.
+ */
+static char mrn_config_error_text[256];
+
+static void config_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void config_error(const char *fmt, ...)
+{
 	va_list ap;
 
-	if (C.verbose < level)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	opal_output(0, "%s %s: %s", OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, buf);
+	if (!mca_rcache_mrnotify_component.config_error) {
+		va_start(ap, fmt);
+		vsnprintf(mrn_config_error_text, sizeof(mrn_config_error_text), fmt, ap);
+		va_end(ap);
+	}
+	mca_rcache_mrnotify_component.config_error = true;
 }
 
-/* Errors are printed whatever the verbosity. */
-#define mrn_error(...) mrn_log(-1, __VA_ARGS__)
-
-static int register_string(const char *name, const char *help, char **storage,
-			   const char *def)
+static void bad_value(const char *name, const char *value, const char *expected)
 {
-	*storage = (char *)def;
-	return mca_base_component_var_register(&C.super.rcache_version, name, help,
-					       MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0,
-					       OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
-					       storage);
+	opal_show_help(MRN_HELP_FILE, "bad-value", true, MRN_LOG_PREFIX, value,
+		       MRN_RCACHE_NAME_STR, name, expected);
+	config_error("bad value \"%s\" for MCA parameter rcache_%s_%s: expected %s", value,
+		     MRN_RCACHE_NAME_STR, name, expected);
 }
 
-static bool parse_count(const char *s, uint64_t *out)
-{
-	char *end = NULL;
-	unsigned long long v;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return false;
-	*out = v;
-	return true;
-}
-
-/*
- * Reads and checks the parameters. A bad value is reported here, once per
- * process (ompi_info shows it too), and then makes every cache creation
- * fail, so the job stops instead of running with a setting nobody asked for.
- */
-static void bad_param(const char *name, const char *value, const char *expected)
-{
-	mrn_error("bad value \"%s\" for MCA parameter rcache_" MRN_RCACHE_NAME_STR "_%s: expected %s",
-		  value ? value : "", name, expected);
-	C.config_error = true;
-}
-
+/* Values the MCA types let through but we cannot use. */
 static void check_params(void)
 {
-	C.config_error = false;
-	if (mrn_monitor_from_string(C.monitor, &C.monitor_kind) < 0)
-		bad_param("monitor", C.monitor, "auto, kernel, uffd or none");
-	if (mrn_size_from_string(C.max_pinned, &C.max_pinned_bytes) < 0)
-		bad_param("max_pinned", C.max_pinned,
-			  "a byte count with an optional K, M, G or T suffix (0: no limit)");
-	if (!parse_count(C.max_entries, &C.max_entries_count))
-		bad_param("max_entries", C.max_entries, "a count >= 0 (0: no limit)");
-	if (mrn_fork_policy_from_string(C.fork_policy, &C.fork_kind) < 0)
-		bad_param("fork", C.fork_policy, "dontfork or none");
-	if (C.verbose < 0 || C.verbose > 3) {
-		int v = C.verbose;
+	mrn_rcache_component_t *c = &mca_rcache_mrnotify_component;
+	char value[32];
 
-		C.verbose = 0;
-		mrn_error("bad value %d for MCA parameter rcache_" MRN_RCACHE_NAME_STR
-			  "_verbose: expected 0, 1, 2 or 3", v);
-		C.config_error = true;
+	c->config_error = false;
+	mrn_config_error_text[0] = '\0';
+	check_raw("monitor", c->var_monitor, false, "auto, kernel, uffd or none");
+	check_raw("fork", c->var_fork, false, "auto, dontfork or none");
+	check_raw("max_pinned", c->var_max_pinned, true,
+		  "a byte count with an optional K, M or G suffix (0: no limit)");
+	check_raw("max_entries", c->var_max_entries, true, "a count >= 0 (0: no limit)");
+	/* From a file: at least no "negative" size. */
+	if (!c->config_error && c->max_pinned > (unsigned long long)INT64_MAX) {
+		snprintf(value, sizeof(value), "%llu", c->max_pinned);
+		bad_value("max_pinned", value, "a byte count with an optional K, M or G suffix (0: no limit)");
+	}
+	if (!c->config_error && c->max_entries > (unsigned long long)INT64_MAX) {
+		snprintf(value, sizeof(value), "%llu", c->max_entries);
+		bad_value("max_entries", value, "a count >= 0 (0: no limit)");
+	}
+	/*
+	 * The names are libmrnotify's: ask it, so that a policy it gains is
+	 * accepted here without a change, and one it lacks is refused.
+	 */
+	if (mrn_param_set(c->var_fork)) {
+		/* The enum admits only its values; guard the index all the same. */
+		const int i = c->fork_policy >= MRN_RCACHE_FORK_AUTO &&
+				      c->fork_policy <= MRN_RCACHE_FORK_NONE ? c->fork_policy : 0;
+		const char *name = mrn_fork_values[i].string;
+
+		if (mrn_fork_policy_from_string(name, &c->fork_kind) < 0) {
+			opal_show_help(MRN_HELP_FILE, "fork-unsupported", true, MRN_LOG_PREFIX, name,
+				       MRN_RCACHE_NAME_STR);
+			config_error("the libmrnotify in use does not know the fork policy \"%s\" "
+				     "(rcache_%s_fork)", name, MRN_RCACHE_NAME_STR);
+		}
+	}
+	if (c->verbose < 0 || c->verbose > 3) {
+		snprintf(value, sizeof(value), "%d", c->verbose);
+		c->verbose = 0;
+		bad_value("verbose", value, "0, 1, 2 or 3");
 	}
 }
 
 static int mrn_component_register(void)
 {
-	C.var_monitor = register_string("monitor",
+	mrn_rcache_component_t *c = &mca_rcache_mrnotify_component;
+	mca_base_component_t *v = &c->super.rcache_version;
+
+	add_help_dirs();
+	c->var_monitor = register_enum("monitor",
 		"How the cache learns that registered memory was unmapped or remapped: "
 		"auto (kernel, else uffd, else none), "
 		"kernel (mrnotify.ko's /dev/mrnotify: a cache hit costs one load and compare; no memory hooks needed), "
 		"uffd (userfaultfd unmap events, stock kernels; no memory hooks needed), "
 		"none (Open MPI's memory hooks report unmaps, as for grdma; idle registrations are kept only while those hooks are active). "
 		"Unmaps that bypass libc (raw system calls, other runtimes) are seen by kernel and uffd only. "
-		"The MRNOTIFY_MONITOR environment variable applies when this is left at its default",
-		&C.monitor, "auto");
-	C.var_max_pinned = register_string("max_pinned",
-		"Most bytes the cache keeps registered, in use or idle; idle registrations are evicted (least recently used first) to stay under it. "
-		"Optional K, M, G or T suffix; 0 means no limit",
-		&C.max_pinned, "0");
-	C.var_max_entries = register_string("max_entries",
-		"Most registrations the cache holds; idle ones are evicted (least recently used first) to stay under it. 0 means no limit",
-		&C.max_entries, "0");
-	C.var_fork = register_string("fork",
-		"What registered pages do across fork(): dontfork (madvise(MADV_DONTFORK): a child does not inherit them, so the parent's "
-		"registrations stay valid) or none (leave it to the kernel and the transport, e.g. ibv_fork_init)",
-		&C.fork_policy, "dontfork");
-	C.print_stats = false;
-	(void)mca_base_component_var_register(&C.super.rcache_version, "print_stats",
+		"Left at its default, the MRNOTIFY_MONITOR environment variable applies",
+		mrn_monitor_values, &c->monitor, MRN_MONITOR_AUTO);
+	c->var_max_pinned = register_size("max_pinned",
+		"Most bytes the cache keeps registered, in use or idle; idle registrations are evicted (least recently used first) "
+		"to stay under it. Optional K, M or G suffix; 0 means no limit. "
+		"Left at its default, MRNOTIFY_MAX_PINNED applies",
+		&c->max_pinned);
+	c->var_max_entries = register_size("max_entries",
+		"Most registrations the cache holds; idle ones are evicted (least recently used first) to stay under it. "
+		"0 means no limit. Left at its default, MRNOTIFY_MAX_ENTRIES applies",
+		&c->max_entries);
+	c->var_fork = register_enum("fork",
+		"What registered pages do across fork(): auto (libmrnotify's default: madvise(MADV_DONTFORK) only where the "
+		"kernel does not keep pinned pages with the parent), dontfork (always MADV_DONTFORK: a child does not inherit "
+		"them, so the parent's registrations stay valid) or none (leave it to the kernel and the transport, e.g. "
+		"ibv_fork_init). Left at its default, MRNOTIFY_FORK applies",
+		mrn_fork_values, &c->fork_policy, MRN_RCACHE_FORK_AUTO);
+	c->print_stats = false;
+	c->var_print_stats = mca_base_component_var_register(v, "print_stats",
 		"Print registration cache statistics (hits, misses, evictions, invalidations) when each cache is destroyed, "
-		"normally at MPI_Finalize",
+		"normally at MPI_Finalize. Left at its default, MRNOTIFY_STATS applies",
 		MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
-		&C.print_stats);
-	C.verbose = 0;
-	(void)mca_base_component_var_register(&C.super.rcache_version, "verbose",
+		&c->print_stats);
+	c->verbose = 0;
+	(void)mca_base_component_var_register(v, "verbose",
 		"Verbosity: 0 errors only, 1 the monitor and leave-pinned decision of each cache, 2 cache creation and teardown, "
 		"3 libmrnotify's debug messages",
 		MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
-		&C.verbose);
-	/* Not a setting: how to select this cache, shown by ompi_info. */
-	C.usage = MRN_IS_SHADOW_ ? MRN_USAGE_SHADOW : MRN_USAGE;
-	(void)mca_base_component_var_register(&C.super.rcache_version, "usage",
-		MRN_IS_SHADOW_ ?
-		"This is the mrnotify registration cache (libmrnotify) built under the name grdma, so that transports that "
-		"always ask for grdma (btl/ofi, btl/uct, vader with knem) use it. It takes grdma's place when its directory "
-		"comes before SYS_DEFAULT in mca_base_component_path; keep SYS_DEFAULT in the path. Transports that take a "
-		"cache name (btl_openib_rcache, btl_usnic_rcache) can instead name the component mrnotify, installed with "
-		"Open MPI's own components. Do not use --mca rcache alone: it only filters which components are opened"
-		:
-		"How to select this cache: transports that take a cache name use it with --mca btl_openib_rcache mrnotify "
-		"(or btl_usnic_rcache). Transports that always ask for grdma (btl/ofi, btl/uct, vader with knem) get it "
-		"from the grdma-named build: --mca mca_base_component_path " MRN_SHADOW_DIR ":SYS_DEFAULT (keep "
-		"SYS_DEFAULT). Do not use --mca rcache mrnotify alone: it only filters which components are opened, and "
-		"every transport asking for grdma then fails",
-		MCA_BASE_VAR_TYPE_STRING, NULL, 0, MCA_BASE_VAR_FLAG_DEFAULT_ONLY, OPAL_INFO_LVL_3,
-		MCA_BASE_VAR_SCOPE_CONSTANT, &C.usage);
+		&c->verbose);
 	check_params();
 	return OPAL_SUCCESS;
 }
 
+/*
+ * Open MPI checks nothing but the MCA base version when it loads a
+ * component: one built against another release, or against a debug or
+ * CUDA build (other structure layouts), would load and corrupt memory.
+ * The release comes from the dl framework's component, which is built into
+ * libopen-pal; the layouts from the sizes libopen-pal's classes record.
+ */
+static bool check_open_mpi(void)
+{
+	const mca_base_component_t *pal =
+		opal_dl_base_selected_component ? &opal_dl_base_selected_component->base_version : NULL;
+	char built[128], running[128];
+
+	snprintf(built, sizeof(built), "%d.%d.%d", MRN_BUILT_OPAL_MAJOR, MRN_BUILT_OPAL_MINOR,
+		 MRN_BUILT_OPAL_RELEASE);
+	if (pal) {
+		snprintf(running, sizeof(running), "%d.%d.%d", pal->mca_project_major_version,
+			 pal->mca_project_minor_version, pal->mca_project_release_version);
+		if (strcmp(built, running)) {
+			opal_show_help(MRN_HELP_FILE, "version-mismatch", true, MRN_LOG_PREFIX, built,
+				       running);
+			return false;
+		}
+	}
+	if (opal_list_item_t_class.cls_sizeof != MRN_BUILT_SIZEOF_LIST_ITEM ||
+	    mca_rcache_base_registration_t_class.cls_sizeof != MRN_BUILT_SIZEOF_REGISTRATION) {
+		opal_show_help(MRN_HELP_FILE, "layout-mismatch", true, MRN_LOG_PREFIX, built,
+			       OPAL_ENABLE_DEBUG, OPAL_CUDA_SUPPORT, OPAL_CUDA_GDR_SUPPORT,
+			       (size_t)MRN_BUILT_SIZEOF_LIST_ITEM, opal_list_item_t_class.cls_sizeof,
+			       (size_t)MRN_BUILT_SIZEOF_REGISTRATION,
+			       mca_rcache_base_registration_t_class.cls_sizeof);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Directories in mca_base_component_path that do not exist: Open MPI stops
+ * scanning at the first one, silently, and every component in the
+ * directories after it (often SYS_DEFAULT, all of Open MPI's own) is lost.
+ */
+static void check_component_path(void)
+{
+	const char **value = NULL;
+	char *copy, *dir, *save = NULL;
+	struct stat st;
+	int var;
+
+	var = mca_base_var_find("opal", "mca", "base", "component_path");
+	if (var < 0 || mca_base_var_get_value(var, &value, NULL, NULL) != OPAL_SUCCESS || !value ||
+	    !*value)
+		return;
+	copy = strdup(*value);
+	if (!copy)
+		return;
+	for (dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		const bool last = !save || !*save;
+		char user[PATH_MAX];
+
+		if (!strcmp(dir, "SYS_DEFAULT"))
+			continue;
+		/*
+		 * ~/.openmpi/components rarely exists: harmless last (as in
+		 * Open MPI's default path), fatal to what comes after it.
+		 */
+		if (!strcmp(dir, "USER_DEFAULT")) {
+			if (last)
+				continue;
+			snprintf(user, sizeof(user), "%s/.openmpi/components",
+				 getenv("HOME") ? getenv("HOME") : "");
+			dir = user;
+		}
+		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			opal_show_help(MRN_HELP_FILE, "missing-dir", true, MRN_LOG_PREFIX, dir, *value,
+				       MRN_SHADOW_DIR);
+			break;
+		}
+	}
+	free(copy);
+}
+
+/* Whether the user set one of our parameters for the component called name. */
+static const char *param_set_for(const char *name)
+{
+	static char env[128];
+
+	for (int i = 0; mrn_param_names[i]; i++) {
+		snprintf(env, sizeof(env), "OMPI_MCA_rcache_%s_%s", name, mrn_param_names[i]);
+		if (getenv(env))
+			return env + strlen("OMPI_MCA_");
+	}
+	return NULL;
+}
+
+/*
+ * Open MPI's own grdma, when it is loaded: in this process it serves every
+ * transport that asks for "grdma", and the grdma-named build of ours is not
+ * loaded.
+ */
+static mca_rcache_base_component_t *stock_grdma(void)
+{
+	mca_base_component_list_item_t *cli;
+
+	OPAL_LIST_FOREACH (cli, &opal_rcache_base_framework.framework_components,
+			   mca_base_component_list_item_t) {
+		/* Our grdma-named build registers a monitor; Open MPI's does not. */
+		if (!strcmp(cli->cli_component->mca_component_name, "grdma") &&
+		    mca_base_var_find("opal", "rcache", "grdma", "monitor") < 0)
+			return (mca_rcache_base_component_t *)cli->cli_component;
+	}
+	return NULL;
+}
+
+/*
+ * Open MPI's grdma selected although the user configured ours. Open MPI
+ * says nothing when a transport asks for grdma and gets its own, and it
+ * ignores parameters nobody registered (rcache_grdma_monitor without our
+ * build): the job would run with a cache that misses raw unmaps while the
+ * user believes otherwise. Open MPI has no notice of which cache a
+ * transport creates, so the mrnotify build wraps the stock grdma's init,
+ * warns on its first call and hands over; close puts it back.
+ */
+static mca_rcache_base_component_init_fn_t stock_grdma_init;
+static mca_rcache_base_component_t *stock_grdma_wrapped;
+static const char *stock_grdma_param;
+
+static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources_t *res)
+{
+	static bool warned;
+
+	if (!warned) {
+		warned = true;
+		opal_show_help(MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
+			       res && res->cache_name ? res->cache_name : "(unnamed)", stock_grdma_param,
+			       MRN_SHADOW_DIR);
+	}
+	return stock_grdma_init(res);
+}
+
+static void check_configuration(void)
+{
+	mca_rcache_base_component_t *grdma = stock_grdma();
+	const char *set;
+
+	check_component_path();
+	if (!grdma || MRN_IS_SHADOW)
+		return;
+	set = param_set_for("grdma");
+	if (!set)
+		set = param_set_for(MRN_RCACHE_NAME_STR);
+	if (!set || grdma->rcache_init == warn_stock_grdma_init)
+		return;
+	stock_grdma_param = set;
+	stock_grdma_init = grdma->rcache_init;
+	stock_grdma_wrapped = grdma;
+	grdma->rcache_init = warn_stock_grdma_init;
+}
+
 static int mrn_component_open(void)
 {
+	if (!check_open_mpi())
+		return OPAL_ERR_NOT_SUPPORTED;
+	check_configuration();
 	return OPAL_SUCCESS;
 }
 
 static int mrn_component_close(void)
 {
+	/*
+	 * Put grdma's init back, unless grdma was closed (and unloaded)
+	 * before us: the framework closes its components in list order.
+	 */
+	if (stock_grdma_wrapped && stock_grdma() == stock_grdma_wrapped)
+		stock_grdma_wrapped->rcache_init = stock_grdma_init;
+	stock_grdma_wrapped = NULL;
 	return OPAL_SUCCESS;
-}
-
-/* True when the user set the parameter (command line, environment, file). */
-static bool param_set(int var)
-{
-	mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
-
-	if (var < 0 || mca_base_var_get_value(var, NULL, &source, NULL) != OPAL_SUCCESS)
-		return false;
-	return source != MCA_BASE_VAR_SOURCE_DEFAULT;
-}
-
-static bool hooks_active(void)
-{
-	const int want = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
-
-	return (opal_mem_hooks_support_level() & want) == want;
-}
-
-static const char *mode_name(const mrn_shared_cache_t *s)
-{
-	switch (s->monitor) {
-	case MRN_MONITOR_KERNEL:
-		return "kernel";
-	case MRN_MONITOR_UFFD:
-		return "uffd";
-	case MRN_MONITOR_EXTERNAL:
-		return "none+hooks";
-	default:
-		return "none";
-	}
-}
-
-static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
-{
-	struct mrn_config cfg;
-	mrn_shared_cache_t *s;
-	int want_idle, rc;
-
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return NULL;
-	s->name = strdup(res->cache_name ? res->cache_name : "(unnamed)");
-	if (!s->name) {
-		free(s);
-		return NULL;
-	}
-	s->refs = 1;
-	s->reg_data = res->reg_data;
-	s->sizeof_reg = res->sizeof_reg;
-	s->register_mem = res->register_mem;
-	s->deregister_mem = res->deregister_mem;
-
-	/* Defaults and the MRNOTIFY_* environment, then what the user set via MCA. */
-	if (mrn_config_init(&cfg) < 0) {
-		mrn_error("cache %s not created: bad MRNOTIFY_* environment variable (see above)",
-			  s->name);
-		goto fail;
-	}
-	if (param_set(C.var_monitor))
-		cfg.monitor = C.monitor_kind;
-	if (param_set(C.var_max_pinned))
-		cfg.max_pinned_bytes = C.max_pinned_bytes;
-	if (param_set(C.var_max_entries))
-		cfg.max_entries = C.max_entries_count;
-	if (param_set(C.var_fork))
-		cfg.fork_policy = C.fork_kind;
-	if (C.verbose > cfg.verbose)
-		cfg.verbose = C.verbose;
-	cfg.name = s->name;
-	cfg.reg = mrn_reg_callback;
-	cfg.dereg = mrn_dereg_callback;
-	cfg.context = s;
-	cfg.payload_size = res->sizeof_reg;
-	cfg.print_stats = 0;	/* printed by mrn_shared_release, with the rank */
-
-	/*
-	 * Leave pinned, decided here and not when parameters are read, as
-	 * grdma does: transports may change it before creating the cache.
-	 * 1 or the pipeline variant: keep idle registrations. 0: keep none.
-	 * -1 (auto, still unresolved: Open MPI found no memory hooks, e.g.
-	 * with --mca memory ^patcher): keep them if the monitor can tell us of
-	 * unmaps, which the library decides (monitor none keeps none).
-	 */
-	want_idle = opal_leave_pinned != 0 || opal_leave_pinned_pipeline;
-	cfg.leave_pinned = want_idle;
-
-	/*
-	 * Monitor none with Open MPI's hooks active: the hooks report unmaps,
-	 * as they do for grdma, so idle registrations may be kept: the
-	 * library's external mode.
-	 */
-	if (cfg.monitor == MRN_MONITOR_NONE && want_idle && hooks_active())
-		cfg.monitor = MRN_MONITOR_EXTERNAL;
-
-	rc = mrn_cache_create(&cfg, &s->cache);
-	if (rc < 0) {
-		mrn_error("cache %s not created: %s (monitor %s)", s->name,
-			  rc == -ENODEV ? "the requested monitor is not available (see above)" : strerror(-rc),
-			  mrn_monitor_to_string(cfg.monitor));
-		goto fail;
-	}
-	s->monitor = mrn_cache_monitor(s->cache);
-	if (s->monitor == MRN_MONITOR_NONE && want_idle && hooks_active()) {
-		/* auto found neither kernel nor uffd: fall back to the hooks. */
-		mrn_cache_destroy(s->cache);
-		s->cache = NULL;
-		cfg.monitor = MRN_MONITOR_EXTERNAL;
-		rc = mrn_cache_create(&cfg, &s->cache);
-		if (rc < 0) {
-			mrn_error("cache %s not created: %s", s->name, strerror(-rc));
-			goto fail;
-		}
-		s->monitor = mrn_cache_monitor(s->cache);
-	}
-	s->hooks = s->monitor == MRN_MONITOR_NONE || s->monitor == MRN_MONITOR_EXTERNAL;
-	s->keep_idle = want_idle && s->monitor != MRN_MONITOR_NONE;
-	if (s->hooks) {
-		s->ring = calloc(1, sizeof(*s->ring));
-		if (!s->ring) {
-			mrn_cache_destroy(s->cache);
-			goto fail;
-		}
-		mrn_hook_ring_init(s->ring);
-	}
-	mrn_log(1, "cache %s: monitor %s, leave_pinned %s (mpi_leave_pinned %d, pipeline %d), %s",
-		s->name, mode_name(s), s->keep_idle ? "on" : "off", opal_leave_pinned,
-		(int)opal_leave_pinned_pipeline,
-		s->hooks ? "invalidated by Open MPI's memory hooks" : "no memory hooks needed");
-	return s;
-fail:
-	free(s->name);
-	free(s);
-	return NULL;
-}
-
-static void print_stats(mrn_shared_cache_t *s)
-{
-	struct mrn_stats st;
-
-	if (mrn_cache_stats(s->cache, &st, sizeof(st)) < 0)
-		return;
-	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d "
-		    "hits=%llu misses=%llu upgrades=%llu evictions=%llu invalidations=%llu drains=%llu "
-		    "retries=%llu failures=%llu entries=%llu pinned_bytes=%llu uncached=%llu hook_ranges=%llu",
-		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s), (int)s->keep_idle,
-		    (unsigned long long)st.hits, (unsigned long long)st.misses,
-		    (unsigned long long)st.access_upgrades, (unsigned long long)st.evictions,
-		    (unsigned long long)st.invalidations, (unsigned long long)st.drains,
-		    (unsigned long long)st.retries, (unsigned long long)st.register_failures,
-		    (unsigned long long)st.entries, (unsigned long long)st.pinned_bytes,
-		    (unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
-		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED) : 0));
-}
-
-void mrn_shared_release(mrn_shared_cache_t *s)
-{
-	mrn_shared_cache_t **pp;
-	uint64_t live;
-
-	pthread_mutex_lock(&mrn_caches_lock);
-	if (--s->refs > 0) {
-		pthread_mutex_unlock(&mrn_caches_lock);
-		return;
-	}
-	for (pp = &mrn_caches; *pp; pp = &(*pp)->next)
-		if (*pp == s) {
-			*pp = s->next;
-			break;
-		}
-	pthread_mutex_unlock(&mrn_caches_lock);
-
-	if (C.print_stats)
-		print_stats(s);
-	live = __atomic_load_n(&s->uncached_live, __ATOMIC_RELAXED);
-	if (live)
-		mrn_log(1, "cache %s: %llu uncached registrations (BYPASS, PERSIST) still registered at finalize",
-			s->name, (unsigned long long)live);
-	mrn_log(2, "cache %s destroyed", s->name);
-	/* Deregisters every entry left, through the callbacks (still valid). */
-	mrn_cache_destroy(s->cache);
-	free(s->ring);
-	free(s->name);
-	free(s);
 }
 
 static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t *res)
 {
-	mrn_rcache_module_t *m;
-	mrn_shared_cache_t *s;
-	const char *name;
-
-	if (C.config_error) {
-		mrn_error("no registration cache created: an MCA parameter of rcache " MRN_RCACHE_NAME_STR
-			  " has a bad value (see above)");
+	if (mca_rcache_mrnotify_component.config_error) {
+		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX,
+			       res && res->cache_name ? res->cache_name : "(unnamed)",
+			       mrn_config_error_text);
 		return NULL;
 	}
 	if (!res || !res->register_mem || !res->deregister_mem) {
-		mrn_error("no registration cache created: the transport gave no register or deregister function");
+		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX, "(unnamed)",
+			       "the transport gave no register or deregister function");
 		return NULL;
 	}
 	if (res->sizeof_reg < sizeof(mca_rcache_base_registration_t) || res->sizeof_reg > 4096) {
-		mrn_error("no registration cache created: registration size %zu is outside [%zu, 4096]",
-			  res->sizeof_reg, sizeof(mca_rcache_base_registration_t));
-		return NULL;
-	}
-	name = res->cache_name ? res->cache_name : "(unnamed)";
+		char why[128];
 
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return NULL;
-	/* The caller may free its name as soon as we return. */
-	m->name = strdup(name);
-	if (!m->name) {
-		free(m);
+		snprintf(why, sizeof(why), "the registration size %zu is outside [%zu, 4096]",
+			 res->sizeof_reg, sizeof(mca_rcache_base_registration_t));
+		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX,
+			       res->cache_name ? res->cache_name : "(unnamed)", why);
 		return NULL;
 	}
-	m->resources = *res;
-	m->resources.cache_name = m->name;
-
-	pthread_mutex_lock(&mrn_caches_lock);
-	for (s = mrn_caches; s; s = s->next)
-		if (!strcmp(s->name, name) && s->reg_data == res->reg_data &&
-		    s->register_mem == res->register_mem &&
-		    s->deregister_mem == res->deregister_mem && s->sizeof_reg == res->sizeof_reg)
-			break;
-	if (s) {
-		s->refs++;
-		mrn_log(2, "cache %s shared by another module (%d)", s->name, s->refs);
-	} else {
-		/*
-		 * A module with the same name but other callbacks or context gets
-		 * its own cache: a registration made through one transport context
-		 * is no use to another (grdma shares its tree but never hands one
-		 * module's registrations to another either).
-		 */
-		s = shared_create(res);
-		if (s) {
-			s->next = mrn_caches;
-			mrn_caches = s;
-		}
-	}
-	pthread_mutex_unlock(&mrn_caches_lock);
-	if (!s) {
-		free(m->name);
-		free(m);
-		return NULL;
-	}
-	m->shared = s;
-	mrn_module_setup(m);
-	return &m->super;
+	return mrn_module_create(res);
 }

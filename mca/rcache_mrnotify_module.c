@@ -1,22 +1,46 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * rcache/mrnotify: the module functions.
+ * rcache/mrnotify: the caches shared between modules, and the module
+ * functions.
  *
- * Locking: this file takes no lock of its own. The library drops its lock
- * around the transport's register and deregister functions, and the memory
- * hook path (invalidate_range, monitor none only) only queues the range in a
- * lock-free ring. So no thread can hold a lock here that a memory hook, or
- * the transport's deregister, waits for: grdma's eviction-versus-hook
- * deadlock (open-mpi/ompi#7303) has no counterpart.
+ * Locking: the list of shared caches has a lock, taken only when modules
+ * are created and finalized. Nothing else here takes a lock of its own.
+ * The library drops its lock around the transport's register and
+ * deregister functions, and the memory hook path (invalidate_range,
+ * monitor none only) only queues the range in a lock-free ring. So no
+ * thread can hold a lock here that a memory hook, or the transport's
+ * deregister, waits for: grdma's eviction-versus-hook deadlock
+ * (open-mpi/ompi#7303) has no counterpart.
  */
 #include "rcache_mrnotify.h"
 
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/memoryhooks/memory.h"
+#include "opal/runtime/opal_params.h"
 #include "opal/util/output.h"
+#include "opal/util/proc.h"
+#include "opal/util/show_help.h"
 #include "opal/util/sys_limits.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void mrn_log(int level, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	if (mca_rcache_mrnotify_component.verbose < level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	opal_output(0, "%s %s: %s", OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, buf);
+}
 
 /*
  * The module and flags of the registration in progress on this thread: the
@@ -75,7 +99,21 @@ static void reg_init(mca_rcache_base_registration_t *reg, size_t sizeof_reg,
 	reg->ref_count = 1;
 }
 
-int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t access, void *payload)
+/* The span only grows: lo by compare-and-swap down, hi up. */
+static void span_extend(mrn_shared_cache_t *s, uintptr_t lo, uintptr_t hi)
+{
+	uintptr_t cur = __atomic_load_n(&s->span_lo, __ATOMIC_RELAXED);
+
+	while (lo < cur && !__atomic_compare_exchange_n(&s->span_lo, &cur, lo, true,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
+	cur = __atomic_load_n(&s->span_hi, __ATOMIC_RELAXED);
+	while (hi > cur && !__atomic_compare_exchange_n(&s->span_hi, &cur, hi, true,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
+}
+
+static int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t access, void *payload)
 {
 	mrn_shared_cache_t *s = context;
 	const struct mrn_reg_call *call = mrn_current_call;
@@ -88,10 +126,17 @@ int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t access, voi
 	 */
 	reg_init(reg, s->sizeof_reg, call ? &call->module->super : NULL, addr, len,
 		 call ? call->flags : 0, (int32_t)access);
+	/*
+	 * Widen the span the memory hooks filter by before pinning: an unmap
+	 * that the hooks see after this is queued; one they saw before it
+	 * took the pages before we pin them.
+	 */
+	if (s->ring)
+		span_extend(s, (uintptr_t)addr, (uintptr_t)addr + len);
 	return opal_to_errno(s->register_mem(s->reg_data, addr, len, reg));
 }
 
-int mrn_dereg_callback(void *context, void *payload)
+static int mrn_dereg_callback(void *context, void *payload)
 {
 	mrn_shared_cache_t *s = context;
 	mca_rcache_base_registration_t *reg = payload;
@@ -102,10 +147,57 @@ int mrn_dereg_callback(void *context, void *payload)
 
 /* --- invalidations from Open MPI's memory hooks (monitor none) -------------- */
 
-void mrn_hook_ring_init(struct mrn_hook_ring *r)
+static void hook_ring_init(struct mrn_hook_ring *r)
 {
 	for (uint64_t i = 0; i < MRN_HOOK_RING_SIZE; i++)
 		r->slots[i].seq = i;
+}
+
+/*
+ * The merged span of ranges lost to a full queue, in one word: 2 MiB chunk
+ * numbers, the first in the low 28 bits and the end (exclusive) in the
+ * next 28, which covers 2^49 bytes of address space; beyond that, the end
+ * is "everything above". 0 means nothing was lost.
+ */
+#define MRN_LOST_SHIFT 21
+#define MRN_LOST_BITS 28
+#define MRN_LOST_MAX ((UINT64_C(1) << MRN_LOST_BITS) - 1)
+
+static void lost_merge(struct mrn_hook_ring *r, uintptr_t start, size_t len)
+{
+	const uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+	uint64_t lo = start >> MRN_LOST_SHIFT;
+	uint64_t hi = (end >> MRN_LOST_SHIFT) + ((end & (((uintptr_t)1 << MRN_LOST_SHIFT) - 1)) != 0);
+	uint64_t old = __atomic_load_n(&r->lost, __ATOMIC_RELAXED), merged;
+
+	lo = lo > MRN_LOST_MAX ? MRN_LOST_MAX - 1 : lo;
+	hi = hi > MRN_LOST_MAX ? MRN_LOST_MAX : hi;
+	do {
+		uint64_t mlo = lo, mhi = hi;
+
+		if (old) {
+			mlo = (old & MRN_LOST_MAX) < mlo ? (old & MRN_LOST_MAX) : mlo;
+			mhi = (old >> MRN_LOST_BITS) > mhi ? (old >> MRN_LOST_BITS) : mhi;
+		}
+		merged = mlo | (mhi << MRN_LOST_BITS);
+	} while (!__atomic_compare_exchange_n(&r->lost, &old, merged, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
+}
+
+/* Takes the lost span, if any: [*start, *start + *len). */
+static bool lost_take(struct mrn_hook_ring *r, uintptr_t *start, size_t *len)
+{
+	const uint64_t w = __atomic_exchange_n(&r->lost, 0, __ATOMIC_ACQ_REL);
+	uint64_t lo, hi;
+
+	if (!w)
+		return false;
+	lo = w & MRN_LOST_MAX;
+	hi = w >> MRN_LOST_BITS;
+	*start = (uintptr_t)lo << MRN_LOST_SHIFT;
+	*len = hi == MRN_LOST_MAX ? (~(size_t)0 >> 1) - *start
+				  : ((uintptr_t)(hi - lo) << MRN_LOST_SHIFT);
+	return true;
 }
 
 /*
@@ -130,8 +222,8 @@ static void hook_ring_push(struct mrn_hook_ring *r, uintptr_t start, size_t len)
 				return;
 			}
 		} else if (seq < pos) {
-			/* Full: the consumer drops everything instead. */
-			__atomic_store_n(&r->overflow, 1, __ATOMIC_RELEASE);
+			/* Full: merged, not lost. */
+			lost_merge(r, start, len);
 			__atomic_fetch_add(&r->overflows, 1, __ATOMIC_RELAXED);
 			return;
 		} else {
@@ -174,14 +266,15 @@ static void hook_ring_drain(mrn_shared_cache_t *s)
 
 	if (__atomic_load_n(&r->tail, __ATOMIC_RELAXED) ==
 		    __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) &&
-	    !__atomic_load_n(&r->overflow, __ATOMIC_ACQUIRE))
+	    !__atomic_load_n(&r->lost, __ATOMIC_ACQUIRE))
 		return;
-	if (__atomic_exchange_n(&r->overflow, 0, __ATOMIC_ACQ_REL)) {
-		/* Ranges were lost: nothing cached may be trusted. */
-		const size_t all = ~(size_t)0 >> 1;
+	if (lost_take(r, &start, &len)) {
+		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
 
-		mrn_log(2, "cache %s: memory hook queue overflowed; invalidating everything", s->name);
-		(void)mrn_invalidate_range(s->cache, NULL, all);
+		mrn_log(2, "cache %s: memory hook queue overflowed; invalidated [%#lx, %#lx): %ld registrations",
+			s->name, (unsigned long)start, (unsigned long)(start + len), n);
+		if (n > 0)
+			__atomic_fetch_add(&s->hook_invalidations, (uint64_t)n, __ATOMIC_RELAXED);
 	}
 	while (hook_ring_pop(r, &start, &len)) {
 		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
@@ -199,14 +292,20 @@ static inline void sync_hooks(mrn_shared_cache_t *s)
 
 static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *addr, size_t size)
 {
-	mrn_rcache_module_t *m = (mrn_rcache_module_t *)rcache;
+	mrn_shared_cache_t *s = ((mrn_rcache_module_t *)rcache)->shared;
+	const uintptr_t start = (uintptr_t)addr;
+	const uintptr_t end = start + size < start ? UINTPTR_MAX : start + size;
 
 	/*
 	 * Always success: any error makes Open MPI end the process. An entry
 	 * still in use is deregistered when its last user releases it.
+	 * Ranges outside everything the cache registered cannot matter to
+	 * it: most unmaps of a process are such, and they would only fill
+	 * the queue.
 	 */
-	if (size)
-		hook_ring_push(m->shared->ring, (uintptr_t)addr, size);
+	if (size && end > __atomic_load_n(&s->span_lo, __ATOMIC_SEQ_CST) &&
+	    start < __atomic_load_n(&s->span_hi, __ATOMIC_SEQ_CST))
+		hook_ring_push(s->ring, start, size);
 	return OPAL_SUCCESS;
 }
 
@@ -248,6 +347,8 @@ static int register_uncached(mrn_rcache_module_t *m, void *addr, size_t size, ui
 	*out = reg;
 	return OPAL_SUCCESS;
 }
+
+static void shared_release(mrn_shared_cache_t *s);
 
 /* --- the module ----------------------------------------------------------------- */
 
@@ -327,13 +428,13 @@ static void mod_finalize(mca_rcache_base_module_t *rcache)
 
 	if (m->shared->ring)
 		hook_ring_drain(m->shared);
-	mrn_shared_release(m->shared);
+	shared_release(m->shared);
 	OBJ_DESTRUCT(&m->super.lock);
 	free(m->name);
 	free(m);
 }
 
-void mrn_module_setup(mrn_rcache_module_t *m)
+static void module_setup(mrn_rcache_module_t *m)
 {
 	m->super.rcache_component = &mca_rcache_mrnotify_component.super;
 	m->super.rcache_register = mod_register;
@@ -349,4 +450,266 @@ void mrn_module_setup(mrn_rcache_module_t *m)
 	m->super.rcache_evict = mod_evict;
 	/* Unused by this module; constructed because the framework owns it. */
 	OBJ_CONSTRUCT(&m->super.lock, opal_mutex_t);
+}
+
+/* --- the caches shared between modules ------------------------------------------ */
+
+/*
+ * Guards the list of shared caches. Taken only when modules are created and
+ * finalized, never on the registration path and never by a memory hook.
+ */
+static pthread_mutex_t mrn_caches_lock = PTHREAD_MUTEX_INITIALIZER;
+static mrn_shared_cache_t *mrn_caches;
+
+/* True when the user set the parameter (command line, environment, file). */
+bool mrn_param_set(int var)
+{
+	mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
+
+	if (var < 0 || mca_base_var_get_value(var, NULL, &source, NULL) != OPAL_SUCCESS)
+		return false;
+	return source != MCA_BASE_VAR_SOURCE_DEFAULT;
+}
+
+static bool hooks_active(void)
+{
+	const int want = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+
+	return (opal_mem_hooks_support_level() & want) == want;
+}
+
+static const char *mode_name(const mrn_shared_cache_t *s)
+{
+	/* The library's names, but say how a monitor-less cache is fed. */
+	return s->monitor == MRN_MONITOR_EXTERNAL ? "none+hooks" : mrn_monitor_to_string(s->monitor);
+}
+
+/*
+ * The library's configuration: its defaults and the MRNOTIFY_* environment,
+ * then every MCA parameter the user set (MCA wins over the environment).
+ */
+static int config_from_params(mrn_shared_cache_t *s, const mca_rcache_base_resources_t *res,
+			      struct mrn_config *cfg)
+{
+	const mrn_rcache_component_t *c = &mca_rcache_mrnotify_component;
+
+	if (mrn_config_init(cfg) < 0) {
+		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX, s->name,
+			       "a MRNOTIFY_* environment variable has a bad value (see above)");
+		return -1;
+	}
+	if (mrn_param_set(c->var_monitor))
+		cfg->monitor = (mrn_monitor_t)c->monitor;
+	if (mrn_param_set(c->var_max_pinned))
+		cfg->max_pinned_bytes = c->max_pinned;
+	if (mrn_param_set(c->var_max_entries))
+		cfg->max_entries = c->max_entries;
+	if (mrn_param_set(c->var_fork))
+		cfg->fork_policy = c->fork_kind;
+	if (mrn_param_set(c->var_print_stats))
+		cfg->print_stats = c->print_stats;
+	if (c->verbose > cfg->verbose)
+		cfg->verbose = c->verbose;
+	/* Printed by shared_release, with the rank, not by the library. */
+	s->print_stats = cfg->print_stats;
+	cfg->print_stats = 0;
+	cfg->name = s->name;
+	cfg->reg = mrn_reg_callback;
+	cfg->dereg = mrn_dereg_callback;
+	cfg->context = s;
+	cfg->payload_size = res->sizeof_reg;
+	return 0;
+}
+
+static int cache_create(mrn_shared_cache_t *s, struct mrn_config *cfg)
+{
+	char why[256];
+	int rc = mrn_cache_create(cfg, &s->cache);
+
+	if (rc < 0) {
+		snprintf(why, sizeof(why), "%s (monitor %s)",
+			 rc == -ENODEV ? "the requested monitor is not available (see above)" : strerror(-rc),
+			 mrn_monitor_to_string(cfg->monitor));
+		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX, s->name, why);
+		s->cache = NULL;
+		return -1;
+	}
+	s->monitor = mrn_cache_monitor(s->cache);
+	return 0;
+}
+
+/*
+ * Creates the library's cache. Leave pinned is decided here and not when
+ * parameters are read, as grdma does: transports may change it before
+ * creating the cache. 1 or the pipeline variant: keep idle registrations.
+ * 0: keep none. -1 (auto, still unresolved: Open MPI found no memory
+ * hooks, e.g. with --mca memory ^patcher): keep them if the monitor can
+ * tell us of unmaps, which the library decides (monitor none keeps none).
+ * Monitor none with Open MPI's hooks active: the hooks report unmaps, as
+ * they do for grdma, so idle registrations may be kept (the library's
+ * external mode); that includes auto finding neither kernel nor uffd.
+ */
+static int create_with_fallback(mrn_shared_cache_t *s, struct mrn_config *cfg)
+{
+	const bool want_idle = opal_leave_pinned != 0 || opal_leave_pinned_pipeline;
+
+	cfg->leave_pinned = want_idle;
+	if (cfg->monitor == MRN_MONITOR_NONE && want_idle && hooks_active())
+		cfg->monitor = MRN_MONITOR_EXTERNAL;
+	if (cache_create(s, cfg) < 0)
+		return -1;
+	if (s->monitor == MRN_MONITOR_NONE && want_idle && hooks_active()) {
+		mrn_cache_destroy(s->cache);
+		cfg->monitor = MRN_MONITOR_EXTERNAL;
+		if (cache_create(s, cfg) < 0)
+			return -1;
+	}
+	s->hooks = s->monitor == MRN_MONITOR_NONE || s->monitor == MRN_MONITOR_EXTERNAL;
+	s->keep_idle = want_idle && s->monitor != MRN_MONITOR_NONE;
+	return 0;
+}
+
+static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
+{
+	struct mrn_config cfg;
+	mrn_shared_cache_t *s;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->name = strdup(res->cache_name ? res->cache_name : "(unnamed)");
+	if (!s->name) {
+		free(s);
+		return NULL;
+	}
+	s->refs = 1;
+	s->reg_data = res->reg_data;
+	s->sizeof_reg = res->sizeof_reg;
+	s->register_mem = res->register_mem;
+	s->deregister_mem = res->deregister_mem;
+	if (config_from_params(s, res, &cfg) < 0 || create_with_fallback(s, &cfg) < 0)
+		goto fail;
+	if (s->hooks) {
+		s->ring = calloc(1, sizeof(*s->ring));
+		if (!s->ring) {
+			mrn_cache_destroy(s->cache);
+			goto fail;
+		}
+		hook_ring_init(s->ring);
+		s->span_lo = UINTPTR_MAX;
+		s->span_hi = 0;
+	}
+	mrn_log(1, "cache %s: monitor %s, leave_pinned %s (mpi_leave_pinned %d, pipeline %d), %s",
+		s->name, mode_name(s), s->keep_idle ? "on" : "off", opal_leave_pinned,
+		(int)opal_leave_pinned_pipeline,
+		s->hooks ? "invalidated by Open MPI's memory hooks" : "no memory hooks needed");
+	return s;
+fail:
+	free(s->name);
+	free(s);
+	return NULL;
+}
+
+static void print_stats(mrn_shared_cache_t *s)
+{
+	struct mrn_stats st;
+
+	if (mrn_cache_stats(s->cache, &st, sizeof(st)) < 0)
+		return;
+	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d "
+		    "hits=%llu misses=%llu upgrades=%llu evictions=%llu invalidations=%llu drains=%llu "
+		    "retries=%llu failures=%llu entries=%llu pinned_bytes=%llu uncached=%llu hook_ranges=%llu "
+		    "hook_overflows=%llu",
+		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s), (int)s->keep_idle,
+		    (unsigned long long)st.hits, (unsigned long long)st.misses,
+		    (unsigned long long)st.access_upgrades, (unsigned long long)st.evictions,
+		    (unsigned long long)st.invalidations, (unsigned long long)st.drains,
+		    (unsigned long long)st.retries, (unsigned long long)st.register_failures,
+		    (unsigned long long)st.entries, (unsigned long long)st.pinned_bytes,
+		    (unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
+		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED) : 0),
+		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->overflows, __ATOMIC_RELAXED) : 0));
+}
+
+static void shared_release(mrn_shared_cache_t *s)
+{
+	mrn_shared_cache_t **pp;
+	uint64_t live;
+
+	pthread_mutex_lock(&mrn_caches_lock);
+	if (--s->refs > 0) {
+		pthread_mutex_unlock(&mrn_caches_lock);
+		return;
+	}
+	for (pp = &mrn_caches; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&mrn_caches_lock);
+
+	if (s->print_stats)
+		print_stats(s);
+	live = __atomic_load_n(&s->uncached_live, __ATOMIC_RELAXED);
+	if (live)
+		mrn_log(1, "cache %s: %llu uncached registrations (BYPASS, PERSIST) still registered at finalize",
+			s->name, (unsigned long long)live);
+	mrn_log(2, "cache %s destroyed", s->name);
+	/* Deregisters every entry left, through the callbacks (still valid). */
+	mrn_cache_destroy(s->cache);
+	free(s->ring);
+	free(s->name);
+	free(s);
+}
+
+/*
+ * A module, on the cache it shares with every module of the same name,
+ * callbacks and context. A module with the same name but other callbacks
+ * or context gets its own cache: a registration made through one transport
+ * context is no use to another (grdma shares its tree but never hands one
+ * module's registrations to another either).
+ */
+mca_rcache_base_module_t *mrn_module_create(const mca_rcache_base_resources_t *res)
+{
+	const char *name = res->cache_name ? res->cache_name : "(unnamed)";
+	mrn_rcache_module_t *m;
+	mrn_shared_cache_t *s;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	/* The caller may free its name as soon as we return. */
+	m->name = strdup(name);
+	if (!m->name) {
+		free(m);
+		return NULL;
+	}
+	m->resources = *res;
+	m->resources.cache_name = m->name;
+
+	pthread_mutex_lock(&mrn_caches_lock);
+	for (s = mrn_caches; s; s = s->next)
+		if (!strcmp(s->name, name) && s->reg_data == res->reg_data &&
+		    s->register_mem == res->register_mem &&
+		    s->deregister_mem == res->deregister_mem && s->sizeof_reg == res->sizeof_reg)
+			break;
+	if (s) {
+		s->refs++;
+		mrn_log(2, "cache %s shared by another module (%d)", s->name, s->refs);
+	} else {
+		s = shared_create(res);
+		if (s) {
+			s->next = mrn_caches;
+			mrn_caches = s;
+		}
+	}
+	pthread_mutex_unlock(&mrn_caches_lock);
+	if (!s) {
+		free(m->name);
+		free(m);
+		return NULL;
+	}
+	m->shared = s;
+	module_setup(m);
+	return &m->super;
 }

@@ -34,6 +34,11 @@ api() {
 	OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$COMPONENT_DIR" "$API_TEST" "$@"
 }
 
+# The rxe rcache test, the same way (guest only).
+api_rxe() {
+	OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$COMPONENT_DIR" "$MCA_TESTDIR/rcache_rxe_test" "$@"
+}
+
 # mpirun over ob1 + btl/ofi (libfabric's sockets provider: no RDMA device
 # needed), with our cache in place of grdma: the grdma-named build comes
 # first in the component path.

@@ -1,13 +1,18 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
 # mrnotify.ko loaded (tests/guest/run-in-guest.sh --module .../mrnotify.ko).
 #
-#   sh tests/mca/guest.sh [api|mpi|demo ...]      (default: api mpi)
+#   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe ...]   (default: api rxe mpi)
 #
 #   api   rcache_api_test with monitor kernel: semantics, grdma's stale
 #         registration versus ours (pagemap oracle), threads, the benchmark
 #   mpi   mpirun -np 2 over ob1 + btl/ofi (sockets) with our cache in place
 #         of grdma, monitor kernel, --mca memory ^patcher (no hooks at all)
+#   rxe   rcache_rxe_test on rxe0 (run-in-guest.sh --rxe): the rcache API
+#         over ibv_reg_mr and RDMA WRITE; grdma loses a write after a raw
+#         remap (the blind negative control), ours does not
 #   demo  the same job, showing the statistics each rank prints at finalize
+#   probe (evidence, not a test) what Open MPI 4.1's transports that use an
+#         rcache do over rxe0: btl/openib, btl/ofi with verbs;ofi_rxm
 #
 # Paths come from MCA_BUILDDIR / MCA_TESTDIR / MCA_SRCDIR, else from where
 # this script is, assuming the build tree is ../../_build.
@@ -68,6 +73,56 @@ run_api() {
 	tail -n 1 "$OUT" | grep -q '^hit_speedup_vs_grdma=' || fail "no hit_speedup_vs_grdma line last"
 }
 
+run_rxe() {
+	if [ ! -x "$MCA_TESTDIR/rcache_rxe_test" ]; then
+		echo "SKIP: rcache_rxe_test was not built (no libibverbs-dev)"
+		return
+	fi
+	OMPI_MCA_rcache_mrnotify_monitor=kernel api_rxe >"$OUT" 2>&1
+	rc=$?
+	cat "$OUT"
+	case $rc in
+	0) pass "rcache_rxe_test: RDMA WRITEs through the cache on rxe0 (kernel monitor), grdma's lost" ;;
+	77) fail "rcache_rxe_test: no rxe0 in the guest (run-in-guest.sh --rxe)" ;;
+	*) fail "rcache_rxe_test exited $rc" ;;
+	esac
+}
+
+# Evidence for docs/openmpi.md: Open MPI 4.1's pinning transports over rxe0.
+run_probe() {
+	root=
+	[ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
+	echo "== btl components of this Open MPI:"
+	ompi_info 2>/dev/null | grep 'MCA btl:'
+	echo "== btl/openib's connection managers (cpc):"
+	ompi_info --param btl openib --level 9 2>/dev/null | grep -A2 'btl_openib_cpc_include'
+	echo "== libfabric providers on rxe0 (fi_info, if libfabric-bin is installed):"
+	if command -v fi_info >/dev/null; then
+		fi_info -p 'verbs;ofi_rxm' 2>&1 | grep -E 'provider|domain|type' | head -n 12
+	else
+		echo "(fi_info not installed)"
+	fi
+	for btl in openib ofi; do
+		echo "== mpirun -np 2, pml ob1, btl self,$btl over rxe0 (the lines naming $btl):"
+		timeout 300 mpirun $root --oversubscribe -np 2 --mca pml ob1 --mca btl "self,$btl" \
+			--mca btl_openib_allow_ib 1 --mca btl_openib_cpc_include rdmacm \
+			--mca btl_openib_warn_no_device_params_found 0 \
+			--mca btl_ofi_provider_include 'verbs;ofi_rxm' --mca btl_ofi_mode 2 \
+			--mca btl_base_verbose 100 --mca osc ^rdma -x FI_LOG_LEVEL=info \
+			"$MPI_TEST" --iters 1 --no-osc --no-remap >"$OUT" 2>&1
+		echo "== (exit $?)"
+		grep -iE "$btl|udcm|rdmacm|cpc|link layer|unreachable|ok$" "$OUT" | grep -v libfabric |
+			sed 's/^\[[^]]*\] //' | sort | uniq -c | sort -rn | head -n 30
+		# libfabric's reasons for turning down verbs;ofi_rxm (FI_LOG_LEVEL=info).
+		grep -E 'libfabric:[0-9]*:[0-9]*:(verbs|ofi_rxm|core)' "$OUT" |
+			grep -iE 'mr_mode|caps|support|invalid|mismatch|not |unable|fail' |
+			sed 's/^libfabric:[0-9]*:[0-9]*://' | sort | uniq -c | sort -rn | head -n 30
+	done
+	# Evidence, not a test: nothing to count.
+	restore_vm
+	exit 0
+}
+
 # No memory hooks at all: the kernel monitor is the only source of
 # invalidations.
 GUEST_MCA="--mca memory ^patcher --mca rcache_grdma_monitor kernel"
@@ -102,11 +157,13 @@ run_demo() {
 	sed -n 's/^mpi_rcache_test: \(rank [0-9]* ok.*\)/   \1/p; s/^\(.* stats cache=.*\)/   \1/p' "$OUT"
 }
 
-[ $# -eq 0 ] && set -- api mpi
+[ $# -eq 0 ] && set -- api rxe mpi
 for what in "$@"; do
 	case $what in
 	api) run_api ;;
+	rxe) run_rxe ;;
 	mpi) run_mpi ;;
+	probe) run_probe ;;	# exits
 	demo) run_demo; rc=$?; restore_vm; exit $rc ;;
 	*) echo "guest.sh: unknown: $what"; exit 2 ;;
 	esac
