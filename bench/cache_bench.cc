@@ -52,7 +52,7 @@ const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kBuf = 4096;
 constexpr size_t kStride = 8192;
 
-int dummy_reg(void *, void *, size_t, uint32_t, void *payload)
+int dummy_reg(void *, void *, void *, size_t, uint32_t, void *payload)
 {
 	*static_cast<uint64_t *>(payload) = 1;
 	return 0;
@@ -233,7 +233,7 @@ double miss_overhead(size_t n)
 	uint64_t payload = 0;
 	const auto t0 = Clock::now();
 	for (size_t i = 0; i < n; i++)
-		dummy_reg(nullptr, a.buf(i), kBuf, 1, &payload);
+		dummy_reg(nullptr, nullptr, a.buf(i), kBuf, 1, &payload);
 	const double reg = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
 			   double(n);
 	return best - reg;

@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kGiB = size_t(1) << 30;
 
 // payload: the io_uring fd holding the buffer.
-int pin_reg(void *, void *addr, size_t len, uint32_t, void *payload)
+int pin_reg(void *, void *, void *addr, size_t len, uint32_t, void *payload)
 {
 	io_uring_params p{};
 	const int fd = int(syscall(__NR_io_uring_setup, 1, &p));

@@ -43,15 +43,13 @@ void mrn_log(int level, const char *fmt, ...)
 }
 
 /*
- * The module and flags of the registration in progress on this thread: the
- * library calls our register callback synchronously from mrn_get(), and the
- * callback needs both to fill in the registration.
+ * The module and flags of a registration: mrn_get() hands them to our
+ * register callback as its per-call argument.
  */
 struct mrn_reg_call {
 	mrn_rcache_module_t *module;
 	uint32_t flags;
 };
-static __thread const struct mrn_reg_call *mrn_current_call;
 
 static int opal_to_errno(int rc)
 {
@@ -113,10 +111,11 @@ static void span_extend(mrn_shared_cache_t *s, uintptr_t lo, uintptr_t hi)
 		;
 }
 
-static int mrn_reg_callback(void *context, void *addr, size_t len, uint32_t access, void *payload)
+static int mrn_reg_callback(void *context, void *arg, void *addr, size_t len, uint32_t access,
+			    void *payload)
 {
 	mrn_shared_cache_t *s = context;
-	const struct mrn_reg_call *call = mrn_current_call;
+	const struct mrn_reg_call *call = arg;
 	mca_rcache_base_registration_t *reg = payload;
 
 	/*
@@ -371,9 +370,7 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 		     MCA_RCACHE_FLAGS_INVALID))
 		return register_uncached(m, addr, size, flags, access_flags, reg);
 
-	mrn_current_call = &call;
-	rc = mrn_get(s->cache, addr, size, (uint32_t)access_flags, &e);
-	mrn_current_call = NULL;
+	rc = mrn_get(s->cache, addr, size, (uint32_t)access_flags, &call, &e);
 	if (OPAL_UNLIKELY(rc < 0))
 		return errno_to_opal(rc);
 	*reg = mrn_entry_payload(e);

@@ -65,7 +65,7 @@
 extern "C" {
 #endif
 
-#define MRN_API_VERSION 1
+#define MRN_API_VERSION 2
 
 typedef struct mrn_cache mrn_cache_t;
 typedef struct mrn_entry mrn_entry_t;
@@ -88,11 +88,13 @@ typedef enum mrn_fork_policy {
 /*
  * Registers [addr, addr + len) with the given access flags (the caller's
  * own encoding, e.g. IBV_ACCESS_*), filling payload (payload_size bytes).
- * Returns 0 or a negative errno; -ENOMEM and -EAGAIN make the cache evict
- * idle entries and try again.
+ * context is the cache's (mrn_config.context); arg is the one given to the
+ * mrn_get() that missed (per-call state, as ucs_rcache_get's arg). Returns
+ * 0 or a negative errno; -ENOMEM and -EAGAIN make the cache evict idle
+ * entries and try again.
  */
-typedef int (*mrn_register_fn)(void *context, void *addr, size_t len, uint32_t access,
-			       void *payload);
+typedef int (*mrn_register_fn)(void *context, void *arg, void *addr, size_t len,
+			       uint32_t access, void *payload);
 /* Deregisters what register_fn put in payload. Returns 0 or a negative errno. */
 typedef int (*mrn_deregister_fn)(void *context, void *payload);
 
@@ -141,12 +143,14 @@ void mrn_cache_destroy(mrn_cache_t *cache);
 
 /*
  * Returns in *entry a referenced entry that covers [addr, addr + len) with
- * at least the access flags asked for. On a miss, or when the cached entry
+ * at least the access flags asked for. arg is handed to the register
+ * function if this call registers (NULL if unused). On a miss, or when the cached entry
  * lacks access (it is replaced by one with the union of both), calls the
  * register function. Returns 0 or a negative errno (-EINVAL for len 0 or a
  * range that wraps).
  */
-int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access, mrn_entry_t **entry);
+int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access, void *arg,
+	    mrn_entry_t **entry);
 
 /* Drops the reference mrn_get() took. */
 void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry);

@@ -379,7 +379,7 @@ int Cache::find(void *addr, size_t len, Entry **out)
 // A miss: plan what to register, prepare the entry (advice, watch, room),
 // register it with the lock dropped, then commit it (validate and index).
 // Each step says how it ended; the loop decides what comes next.
-int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
+int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry **out)
 {
 	Writer w(*this);
 	bool merge = true;
@@ -397,7 +397,7 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out)
 		int rc = prepare_entry(w, plan, &p);
 		if (rc < 0)
 			return rc;
-		rc = register_entry(w, p);
+		rc = register_entry(w, p, arg);
 		if (rc < 0) {
 			st_.reg_failures++;
 			abandon_entry(w, p);
@@ -565,11 +565,11 @@ void Cache::make_uncached(Writer &w, Entry *p)
 		(void)madvise(reinterpret_cast<void *>(p->start), p->length(), MADV_DONTFORK);
 }
 
-int Cache::register_entry(Writer &w, Entry *p)
+int Cache::register_entry(Writer &w, Entry *p, void *arg)
 {
 	for (;;) {
 		w.lock().unlock();
-		const int rc = reg_(context_, reinterpret_cast<void *>(p->start), p->length(),
+		const int rc = reg_(context_, arg, reinterpret_cast<void *>(p->start), p->length(),
 				    p->access, p->payload());
 		w.lock().lock();
 		if (rc == 0)

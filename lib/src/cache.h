@@ -50,7 +50,8 @@ public:
 	Cache(const Cache &) = delete;
 	Cache &operator=(const Cache &) = delete;
 
-	int get(void *addr, size_t len, uint32_t access, Entry **out)
+	// arg goes to the register function if this call registers.
+	int get(void *addr, size_t len, uint32_t access, Entry **out, void *arg = nullptr)
 	{
 		uintptr_t s, e;
 		if (!page_range(addr, len, &s, &e))
@@ -70,7 +71,7 @@ public:
 				}
 			}
 		}
-		return get_slow(s, e, access, out);
+		return get_slow(s, e, access, arg, out);
 	}
 
 	void put(Entry *x)
@@ -144,14 +145,14 @@ private:
 	// deregister or free.
 	bool owns(const Entry *x) const { return x->epoch == epoch_; }
 
-	int get_slow(uintptr_t s, uintptr_t e, uint32_t access, Entry **out);
+	int get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry **out);
 	// released: the fast path dropped the last reference already.
 	void put_slow(Entry *x, bool released);
 
 	// The steps of a miss (see get_slow).
 	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const;
 	int prepare_entry(Writer &w, const MissPlan &plan, Entry **out);
-	int register_entry(Writer &w, Entry *p);
+	int register_entry(Writer &w, Entry *p, void *arg);
 	int commit_entry(Writer &w, Entry *p);
 	void abandon_entry(Writer &w, Entry *p);
 

@@ -82,7 +82,7 @@ extern "C" void mrn_cache_destroy(mrn_cache_t *cache)
 	delete impl(cache);
 }
 
-extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access,
+extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access, void *arg,
 		       mrn_entry_t **entry)
 {
 	if (!cache || !entry)
@@ -90,7 +90,7 @@ extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t acce
 	return guarded(
 		[&] {
 			Entry *e = nullptr;
-			const int rc = impl(cache)->get(addr, len, access, &e);
+			const int rc = impl(cache)->get(addr, len, access, &e, arg);
 			if (rc == 0)
 				*entry = reinterpret_cast<mrn_entry_t *>(e);
 			return rc;

@@ -58,7 +58,7 @@ public:
 	mrn_entry_t *get(void *addr, size_t len, uint32_t access = kFullAccess)
 	{
 		mrn_entry_t *e = nullptr;
-		const int rc = mrn_get(cache_, addr, len, access, &e);
+		const int rc = mrn_get(cache_, addr, len, access, nullptr, &e);
 		if (rc < 0)
 			throw std::runtime_error("mrn_get: " + std::to_string(rc));
 		return e;
@@ -76,7 +76,7 @@ public:
 	int64_t live() const { return live_.load(); }
 
 private:
-	static int reg(void *ctx, void *addr, size_t len, uint32_t access, void *payload)
+	static int reg(void *ctx, void *, void *addr, size_t len, uint32_t access, void *payload)
 	{
 		auto *self = static_cast<VerbsCache *>(ctx);
 		ibv_mr *mr = ibv_reg_mr(self->pd_, addr, len, int(access));

@@ -147,7 +147,7 @@ struct FakeRegistrar {
 	std::function<uint64_t()> clock;		  // stamps FakeReg::made
 	std::set<uint64_t> dereg_errors;		  // serials deregistered twice
 
-	static int reg(void *ctx, void *addr, size_t len, uint32_t access, void *payload)
+	static int reg(void *ctx, void *, void *addr, size_t len, uint32_t access, void *payload)
 	{
 		auto *self = static_cast<FakeRegistrar *>(ctx);
 		FakeReg r{0, reinterpret_cast<uintptr_t>(addr), len, access,

@@ -105,7 +105,7 @@ TEST(Config, Sizes)
 TEST(Api, NullArgumentsAreErrorsNotCrashes)
 {
 	mrn_entry_t *e = nullptr;
-	EXPECT_EQ(-EINVAL, mrn_get(nullptr, &e, 1, 0, &e));
+	EXPECT_EQ(-EINVAL, mrn_get(nullptr, &e, 1, 0, nullptr, &e));
 	EXPECT_EQ(-EINVAL, mrn_find(nullptr, &e, 1, &e));
 	EXPECT_EQ(-EINVAL, mrn_invalidate_range(nullptr, &e, 1));
 	EXPECT_EQ(-EINVAL, mrn_flush(nullptr));
@@ -125,13 +125,40 @@ TEST(Api, NullArgumentsAreErrorsNotCrashes)
 	EXPECT_EQ(nullptr, mrn_watch_generation(nullptr));
 }
 
+// The per-call argument of mrn_get reaches the register function of that
+// call (the Open MPI glue passes its module and flags this way).
+TEST(Api, PerCallArgumentReachesTheRegisterFunction)
+{
+	mrn_config cfg;
+	ASSERT_EQ(0, mrn_config_init(&cfg));
+	cfg.monitor = MRN_MONITOR_NONE;
+	cfg.payload_size = sizeof(void *);
+	cfg.reg = [](void *, void *arg, void *, size_t, uint32_t, void *payload) {
+		*static_cast<void **>(payload) = arg;
+		return 0;
+	};
+	cfg.dereg = [](void *, void *) { return 0; };
+	mrn_cache_t *cache = nullptr;
+	ASSERT_EQ(0, mrn_cache_create(&cfg, &cache));
+	static char page[8192] __attribute__((aligned(4096)));
+	int first = 0, second = 0;
+	mrn_entry_t *a = nullptr, *b = nullptr;
+	ASSERT_EQ(0, mrn_get(cache, page, 1, 1, &first, &a));
+	ASSERT_EQ(0, mrn_get(cache, page + 4096, 1, 1, &second, &b));
+	EXPECT_EQ(&first, *static_cast<void **>(mrn_entry_payload(a)));
+	EXPECT_EQ(&second, *static_cast<void **>(mrn_entry_payload(b)));
+	mrn_put(cache, a);
+	mrn_put(cache, b);
+	mrn_cache_destroy(cache);
+}
+
 TEST(Create, RejectsBadConfigurations)
 {
 	mrn_cache_t *c = nullptr;
 	mrn_config cfg;
 	ASSERT_EQ(0, mrn_config_init(&cfg));
 	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c)); // no register functions
-	cfg.reg = [](void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
 	cfg.dereg = [](void *, void *) { return 0; };
 	cfg.payload_size = 1 << 20;
 	EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c));
@@ -161,7 +188,7 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 	cfg.monitor = MRN_MONITOR_EXTERNAL;
 	cfg.fork_policy = MRN_FORK_NONE;
 	cfg.context = &counts;
-	cfg.reg = [](void *ctx, void *, size_t, uint32_t, void *) {
+	cfg.reg = [](void *ctx, void *, void *, size_t, uint32_t, void *) {
 		++*static_cast<Counts *>(ctx)->reg;
 		return 0;
 	};
@@ -178,7 +205,7 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 	char *p = buf.data();
 	for (int i = 0; i < 3; i++) {
 		mrn_entry_t *e = nullptr;
-		ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, &e));
+		ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, nullptr, &e));
 		mrn_put(cache, e);
 	}
 	EXPECT_EQ(1, registered) << "idle entry was not kept";
@@ -187,7 +214,7 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 	EXPECT_EQ(1, mrn_invalidate_range(cache, p + kPage, 1));
 	EXPECT_EQ(1, deregistered);
 	mrn_entry_t *e = nullptr;
-	ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, &e));
+	ASSERT_EQ(0, mrn_get(cache, p, 2 * kPage, 1, nullptr, &e));
 	mrn_put(cache, e);
 	EXPECT_EQ(2, registered);
 	::testing::internal::CaptureStderr();
@@ -213,7 +240,7 @@ protected:
 		cfg.monitor = MRN_MONITOR_UFFD;
 		cfg.payload_size = sizeof(int);
 		cfg.context = &books;
-		cfg.reg = [](void *ctx, void *, size_t, uint32_t, void *payload) {
+		cfg.reg = [](void *ctx, void *, void *, size_t, uint32_t, void *payload) {
 			*static_cast<int *>(payload) = ++static_cast<Books *>(ctx)->registered;
 			return 0;
 		};
@@ -243,7 +270,7 @@ protected:
 	int use(char *p, size_t len)
 	{
 		mrn_entry_t *e = nullptr;
-		EXPECT_EQ(0, mrn_get(cache, p, len, 1, &e));
+		EXPECT_EQ(0, mrn_get(cache, p, len, 1, nullptr, &e));
 		if (!e)
 			return -1;
 		const int serial = *static_cast<int *>(mrn_entry_payload(e));
@@ -375,7 +402,7 @@ TEST(UffdThread, RunsOnEveryCpuOfTheProcess)
 	mrn_config cfg;
 	ASSERT_EQ(0, mrn_config_init(&cfg));
 	cfg.monitor = MRN_MONITOR_UFFD;
-	cfg.reg = [](void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
 	cfg.dereg = [](void *, void *) { return 0; };
 	mrn_cache_t *cache = nullptr;
 	const int rc = mrn_cache_create(&cfg, &cache);
@@ -423,7 +450,7 @@ TEST(Auto, PicksAMonitorAndSaysWhich)
 {
 	mrn_config cfg;
 	ASSERT_EQ(0, mrn_config_init(&cfg));
-	cfg.reg = [](void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
 	cfg.dereg = [](void *, void *) { return 0; };
 	mrn_cache_t *c = nullptr;
 	ASSERT_EQ(0, mrn_cache_create(&cfg, &c));

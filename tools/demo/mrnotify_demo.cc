@@ -26,7 +26,7 @@ namespace {
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 const size_t kLen = 4 * kPage;
 
-int reg(void *pd, void *addr, size_t len, uint32_t access, void *payload)
+int reg(void *pd, void *, void *addr, size_t len, uint32_t access, void *payload)
 {
 	ibv_mr *mr = ibv_reg_mr(static_cast<ibv_pd *>(pd), addr, len, int(access));
 	if (!mr)
@@ -56,7 +56,7 @@ public:
 		mrn_stats before{}, after{};
 		mrn_cache_stats(cache, &before, sizeof(before));
 		mrn_entry_t *e = nullptr;
-		if (mrn_get(cache, buf, kLen, mrn::test::kFullAccess, &e) < 0)
+		if (mrn_get(cache, buf, kLen, mrn::test::kFullAccess, nullptr, &e) < 0)
 			throw std::runtime_error("mrn_get failed");
 		mrn_cache_stats(cache, &after, sizeof(after));
 		*hit = after.hits > before.hits;
