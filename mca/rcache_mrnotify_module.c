@@ -610,19 +610,22 @@ fail:
 static void print_stats(mrn_shared_cache_t *s)
 {
 	struct mrn_stats st;
+	char fields[1024];
+	size_t n = 0;
 
 	if (mrn_cache_stats(s->cache, &st, sizeof(st)) < 0)
 		return;
-	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d "
-		    "hits=%llu misses=%llu upgrades=%llu evictions=%llu invalidations=%llu drains=%llu "
-		    "retries=%llu failures=%llu entries=%llu pinned_bytes=%llu uncached=%llu hook_ranges=%llu "
-		    "hook_overflows=%llu",
-		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s), (int)s->keep_idle,
-		    (unsigned long long)st.hits, (unsigned long long)st.misses,
-		    (unsigned long long)st.access_upgrades, (unsigned long long)st.evictions,
-		    (unsigned long long)st.invalidations, (unsigned long long)st.drains,
-		    (unsigned long long)st.retries, (unsigned long long)st.register_failures,
-		    (unsigned long long)st.entries, (unsigned long long)st.pinned_bytes,
+	/* The library's statistics, by its own names (MRN_STATS_FIELDS). */
+#define MRN_FORMAT_FIELD(f)                                                                   \
+	if (n < sizeof(fields))                                                               \
+		n += (size_t)snprintf(fields + n, sizeof(fields) - n, " %s=%llu", #f,         \
+				      (unsigned long long)st.f);
+	MRN_STATS_FIELDS(MRN_FORMAT_FIELD)
+#undef MRN_FORMAT_FIELD
+	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d%s bypassed=%llu "
+		    "hook_ranges=%llu hook_overflows=%llu",
+		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s),
+		    (int)s->keep_idle, fields,
 		    (unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
 		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED) : 0),
 		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->overflows, __ATOMIC_RELAXED) : 0));
