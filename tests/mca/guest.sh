@@ -60,7 +60,7 @@ run_api() {
 	cat "$OUT"
 	[ $rc -eq 0 ] && pass "rcache_api_test semantics, replacement, threads (kernel monitor)" ||
 		fail "rcache_api_test (kernel monitor) exited $rc"
-	grep -q '^ok - mrnotify does not: .*monitor kernel: new registration after 1 lookup' "$OUT" &&
+	grep -q '^ok - mrnotify does not: .*monitor kernel: new registration at the first lookup' "$OUT" &&
 		pass "kernel monitor: the remap is seen by the very next lookup" ||
 		fail "kernel monitor: the remap was not seen at once"
 	# The benchmark registers 10,000 one-page ranges, each made
