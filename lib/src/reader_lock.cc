@@ -149,6 +149,37 @@ void CacheLock::wait_for_writer() const
 		std::this_thread::yield();
 }
 
+uint32_t CacheLock::lock_record_slow(std::atomic<uint32_t> &a)
+{
+	const uint32_t prev = a.load(std::memory_order_relaxed);
+	if (prev >= kValidated) {
+		// Nested in a validated section: the writer waits for that one.
+		a.store(prev + kValidated, std::memory_order_relaxed);
+		return prev;
+	}
+	for (;;) {
+		a.store(kEntering, std::memory_order_relaxed);
+#ifdef MRN_TSAN
+		a.exchange(kEntering, std::memory_order_seq_cst);
+		if (!writer_.load(std::memory_order_seq_cst)) {
+#else
+		std::atomic_thread_fence(std::memory_order_seq_cst);
+		if (!writer_.load(std::memory_order_acquire)) {
+#endif
+			a.store(kValidated, std::memory_order_relaxed);
+			return prev;
+		}
+		// Retreat (for the interrupted section too, if any) and wait.
+		a.store(0, std::memory_order_release);
+		wait_for_writer();
+		if (prev != kEntering)
+			continue;
+		// Put back the interrupted section's announcement; it re-checks
+		// the writer flag itself when it resumes.
+		a.store(kEntering, std::memory_order_relaxed);
+	}
+}
+
 // The overflow record counts sections of many threads, so it cannot hold a
 // thread's state: each thread adds kEntering while entering and kValidated
 // per validated section, and remembers how much in tls_reader.

@@ -107,43 +107,37 @@ private:
 
 class CacheLock {
 public:
-	// Returns what unlock_shared() must restore.
+	// Returns what unlock_shared() must restore. The common case (no
+	// section open on this thread, no writer) is inline; nesting and
+	// waiting for a writer are out of line.
 	uint32_t lock_shared(unsigned idx)
 	{
 		if (__builtin_expect(idx < kMaxReaderRecords, 1)) {
 			std::atomic<uint32_t> &a = ReaderRecords::record(idx).active;
 			// Only this thread (and its signal handlers) write it.
-			const uint32_t prev = a.load(std::memory_order_relaxed);
-			if (prev >= kValidated) {
-				a.store(prev + kValidated, std::memory_order_relaxed);
-				return prev;
-			}
-			for (;;) {
+			if (__builtin_expect(a.load(std::memory_order_relaxed) == 0, 1)) {
 #ifdef MRN_TSAN
 				a.exchange(kEntering, std::memory_order_seq_cst);
 				if (!writer_.load(std::memory_order_seq_cst)) {
 #else
 				a.store(kEntering, std::memory_order_relaxed);
-				// Paired with the writer's membarrier (or, without it,
-				// the fence in exclude_readers): either the writer
-				// sees this record active, or we see its flag.
+				// Paired with the writer's membarrier (or, without
+				// it, the fence in exclude_readers): either the
+				// writer sees this record active, or we see its flag.
 				if (ReaderRecords::asymmetric())
 					std::atomic_signal_fence(std::memory_order_seq_cst);
 				else
 					std::atomic_thread_fence(std::memory_order_seq_cst);
-				if (!writer_.load(std::memory_order_acquire)) {
+				if (__builtin_expect(!writer_.load(std::memory_order_acquire), 1)) {
 #endif
 					a.store(kValidated, std::memory_order_relaxed);
-					return prev;
+					return 0;
 				}
-				// Retreat (for the interrupted section too, if any)
-				// and wait; the release pairs with the writer's
-				// acquire load of the record.
+				// A writer: retreat; the release pairs with the
+				// writer's acquire load of the record.
 				a.store(0, std::memory_order_release);
-				wait_for_writer();
-				if (prev == kEntering)
-					a.store(kEntering, std::memory_order_relaxed);
 			}
+			return lock_record_slow(a);
 		}
 		return lock_overflow();
 	}
@@ -165,6 +159,8 @@ public:
 
 private:
 	void wait_for_writer() const;
+	// Nested sections, and waiting for a writer (see the top of the file).
+	uint32_t lock_record_slow(std::atomic<uint32_t> &a) __attribute__((noinline));
 	// Threads beyond the record table share a counter; the same nesting
 	// rules, with this thread's part kept in tls_reader.overflow_state.
 	uint32_t lock_overflow();
