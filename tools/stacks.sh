@@ -21,6 +21,10 @@
 #   stacks.sh build-module KERNEL SRC OUT
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
+#   stacks.sh run 6.12 CMD...           run CMD in a chroot of the Debian 13
+#                                       root, in the current directory (the
+#                                       host's, bound in); what CMD writes
+#                                       outside it is thrown away
 # Environment: MRNOTIFY_STACKS_DIR (default /var/cache/mrnotify-stacks),
 # MRNOTIFY_STACKS=skip (fetch nothing; stacks not cached count as missing),
 # MRNOTIFY_MIRROR (default: the machine's first Debian mirror).
@@ -84,7 +88,7 @@ b_download() {
 	: >"$b_dir/apt/status"
 	echo "deb $(mirror) bullseye main" >"$b_dir/apt/sources.list"
 	# shellcheck disable=SC2046
-	apt-get -q $(b_opts) update >/dev/null || return
+	apt-get -q --error-on=any $(b_opts) update >/dev/null || return
 	# The meta-packages name the versioned ones (5.10.0-N).
 	local img hdr more
 	img=$(b_dep linux-image-amd64 's/^ *\(linux-image-[0-9][^ ]*\).*/\1/p')
@@ -242,8 +246,35 @@ build-module)
 	timed "$k: build mrnotify.ko (W=1, -Werror)" "build_${k/./}" "$out" || exit 1
 	[ -f "$out/mrnotify.ko" ] || die "$k: no mrnotify.ko in $out"
 	;;
+run)
+	[ "${1:-}" = 6.12 ] && [ $# -gt 1 ] || { say "usage: $prog run 6.12 CMD..."; exit 2; }
+	shift
+	t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }
+	# A private mount namespace with a throw-away overlay on the cached
+	# root: CMD may install packages or create the working directory's
+	# path, and the cache stays as mmdebstrap made it.
+	exec unshare -m -- /bin/sh -c '
+		set -e
+		mount --make-rprivate /
+		w=$(mktemp -d)
+		mount -t tmpfs tmpfs "$w"
+		mkdir "$w/upper" "$w/work" "$w/root"
+		mount -t overlay overlay -o "lowerdir=$1,upperdir=$w/upper,workdir=$w/work" "$w/root"
+		r=$w/root
+		mount -t proc proc "$r/proc"
+		mount --rbind /dev "$r/dev"
+		mount --rbind /sys "$r/sys"
+		mount -t tmpfs tmpfs "$r/tmp"
+		cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
+		mkdir -p "$r$2"
+		mount --rbind "$2" "$r$2"
+		d=$2
+		shift 2
+		exec chroot "$r" /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$d" "$@"' \
+		sh "$t_root" "$PWD" "$@"
+	;;
 *)
-	sed -n '4,26p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,30p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
