@@ -21,10 +21,12 @@
 #   stacks.sh build-module KERNEL SRC OUT
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
-#   stacks.sh run 6.12 CMD...           run CMD in a chroot of the Debian 13
-#                                       root, in the current directory (the
-#                                       host's, bound in); what CMD writes
-#                                       outside it is thrown away
+#   stacks.sh run 6.12 [--bind DIR]... CMD...
+#                                       run CMD in a chroot of the Debian 13
+#                                       root, in the current directory; it
+#                                       and each DIR are the host's, bound
+#                                       in; what CMD writes elsewhere is
+#                                       thrown away
 # Environment: MRNOTIFY_STACKS_DIR (default /var/cache/mrnotify-stacks),
 # MRNOTIFY_STACKS=skip (fetch nothing; stacks not cached count as missing),
 # MRNOTIFY_MIRROR (default: the machine's first Debian mirror).
@@ -247,34 +249,43 @@ build-module)
 	[ -f "$out/mrnotify.ko" ] || die "$k: no mrnotify.ko in $out"
 	;;
 run)
-	[ "${1:-}" = 6.12 ] && [ $# -gt 1 ] || { say "usage: $prog run 6.12 CMD..."; exit 2; }
+	[ "${1:-}" = 6.12 ] || { say "usage: $prog run 6.12 [--bind DIR]... CMD..."; exit 2; }
 	shift
+	binds=("$PWD")
+	while [ "${1:-}" = --bind ]; do binds+=("$(readlink -f "$2")"); shift 2; done
+	[ $# -gt 0 ] || { say "usage: $prog run 6.12 [--bind DIR]... CMD..."; exit 2; }
 	t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }
-	# A private mount namespace with a throw-away overlay on the cached
-	# root: CMD may install packages or create the working directory's
-	# path, and the cache stays as mmdebstrap made it.
-	exec unshare -m -- /bin/sh -c '
-		set -e
-		mount --make-rprivate /
-		w=$(mktemp -d)
-		mount -t tmpfs tmpfs "$w"
-		mkdir "$w/upper" "$w/work" "$w/root"
-		mount -t overlay overlay -o "lowerdir=$1,upperdir=$w/upper,workdir=$w/work" "$w/root"
-		r=$w/root
-		mount -t proc proc "$r/proc"
-		mount --rbind /dev "$r/dev"
-		mount --rbind /sys "$r/sys"
-		mount -t tmpfs tmpfs "$r/tmp"
-		cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
-		mkdir -p "$r$2"
-		mount --rbind "$2" "$r$2"
-		d=$2
-		shift 2
-		exec chroot "$r" /bin/sh -c "cd \"\$0\" && exec \"\$@\"" "$d" "$@"' \
-		sh "$t_root" "$PWD" "$@"
+	exec unshare -m -- "$0" __in-namespace "$PWD" "${#binds[@]}" "${binds[@]}" "$@"
+	;;
+__in-namespace)
+	# In run's private mount namespace: a throw-away overlay on the cached
+	# root, so that CMD may install packages or create the paths it is
+	# given, and the cache stays as mmdebstrap made it.
+	cwd=$1 n=$2
+	shift 2
+	binds=("${@:1:$n}")
+	shift "$n"
+	set -e
+	mount --make-rprivate /
+	w=$(mktemp -d)
+	mount -t tmpfs tmpfs "$w"
+	mkdir "$w/upper" "$w/work" "$w/root"
+	mount -t overlay overlay -o "lowerdir=$t_root,upperdir=$w/upper,workdir=$w/work" "$w/root"
+	r=$w/root
+	mount -t proc proc "$r/proc"
+	mount --rbind /dev "$r/dev"
+	mount --rbind /sys "$r/sys"
+	mount -t tmpfs tmpfs "$r/tmp"
+	# Shortest first: a tree before what is inside it.
+	while IFS= read -r b; do
+		mkdir -p "$r$b"
+		mount --rbind "$b" "$r$b"
+	done < <(printf '%s\n' "${binds[@]}" | awk '{ print length($0), $0 }' | sort -n | cut -d' ' -f2-)
+	set +e
+	exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 	;;
 *)
-	sed -n '4,30p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,32p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
