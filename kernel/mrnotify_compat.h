@@ -12,19 +12,25 @@
 #include <linux/mm.h>
 #include <linux/version.h>
 
-#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 10, 0)
+/*
+ * By version, each naming the release that changed: the kernels this builds
+ * for (Debian's) carry none of these changes as backports.
+ */
+#define MRN_LINUX_AT_LEAST(major, minor) \
+	(LINUX_VERSION_CODE >= KERNEL_VERSION(major, minor, 0))
+
+#if !MRN_LINUX_AT_LEAST(5, 10)
 #error "mrnotify needs Linux 5.10 or later"
 #endif
 
 /* 5.14 added MMU_NOTIFY_EXCLUSIVE (make_device_exclusive_range). */
-#define MRN_HAVE_NOTIFY_EXCLUSIVE \
-	(LINUX_VERSION_CODE >= KERNEL_VERSION(5, 14, 0))
+#define MRN_HAVE_NOTIFY_EXCLUSIVE	MRN_LINUX_AT_LEAST(5, 14)
 
 /* 6.3 made vma->vm_flags read-only; vm_flags_mod() writes it since then. */
 static inline void mrn_vm_flags_mod(struct vm_area_struct *vma,
 				    vm_flags_t set, vm_flags_t clear)
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+#if MRN_LINUX_AT_LEAST(6, 3)
 	vm_flags_mod(vma, set, clear);
 #else
 	vma->vm_flags = (vma->vm_flags | set) & ~clear;
