@@ -193,6 +193,7 @@ env_612() {
 build_612() { # $1: out dir
 	local rel
 	rel=$(ls "$t_root/lib/modules" | sort -V | tail -n 1)
+	# shellcheck disable=SC2016 # expanded by the inner shell
 	nice unshare -m -- /bin/sh -c '
 		set -e
 		mount --make-rprivate /
@@ -282,6 +283,7 @@ __in-namespace)
 		mount --rbind "$b" "$r$b"
 	done < <(printf '%s\n' "${binds[@]}" | awk '{ print length($0), $0 }' | sort -n | cut -d' ' -f2-)
 	set +e
+	# shellcheck disable=SC2016 # expanded by the shell in the chroot
 	exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 	;;
 *)

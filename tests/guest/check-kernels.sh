@@ -17,7 +17,7 @@
 set -u -o pipefail
 
 prog=$(basename "$0")
-srcdir= builddir=
+srcdir='' builddir=''
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
