@@ -30,7 +30,10 @@ Options:
   --root DIR            the root file system the guest chroots into (default:
                         the host's /). The host's / stays visible at
                         /run/host, and the working directory, --bind folders
-                        and modules are bound at their host paths.
+                        and modules are bound at their host paths; such a
+                        path must be new to DIR from its first folder on, or
+                        lie under /tmp, /root or /var/tmp (a folder of DIR
+                        itself is read-only)
   --modules-root DIR    where lib/modules/<release> (the guest kernel's
                         modules, with modules.dep) and boot/vmlinuz-<release>
                         are (default: --root)
