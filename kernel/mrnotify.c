@@ -43,6 +43,8 @@
 
 #include <linux/mrnotify.h>
 
+#include "mrnotify_compat.h"
+
 #ifndef CONFIG_64BIT
 /* User space reads the generation with one 64-bit load; it must not tear. */
 #error "mrnotify needs a 64-bit kernel"
@@ -140,13 +142,6 @@ module_param_cb(max_registrations, &mrn_param_max_ops,
 MODULE_PARM_DESC(max_registrations,
 		 "Registrations per context, read when the context is opened (default 1048576)");
 
-/* Kernels from 6.3 on spell this vm_flags_mod(); this module targets 6.1. */
-static inline void mrn_vm_flags_mod(struct vm_area_struct *vma,
-				    vm_flags_t set, vm_flags_t clear)
-{
-	vma->vm_flags = (vma->vm_flags | set) & ~clear;
-}
-
 static struct mrn_ctx *mrn_reg_ctx(struct mmu_interval_notifier *mni)
 {
 	return container_of(mni->ops, struct mrn_ctx, ops);
@@ -170,8 +165,10 @@ static unsigned int mrn_event_slot(enum mmu_notifier_event event,
 		return MRN_EV_RELEASE;
 	case MMU_NOTIFY_MIGRATE:
 		return MRN_EV_MIGRATE;
+#if MRN_HAVE_NOTIFY_EXCLUSIVE
 	case MMU_NOTIFY_EXCLUSIVE:
 		return MRN_EV_EXCLUSIVE;
+#endif
 	/*
 	 * Protection changes keep the same pages mapped: mprotect and NUMA
 	 * hinting (PROTECTION_VMA), fork's write-protect of the parent and
@@ -722,7 +719,11 @@ static const struct file_operations mrn_fops = {
 	.mmap = mrn_mmap,
 	.unlocked_ioctl = mrn_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
-	.llseek = no_llseek,
+	/*
+	 * No .llseek: stream_open() clears FMODE_LSEEK, so lseek() fails with
+	 * ESPIPE on every kernel. (no_llseek said the same until 6.12
+	 * removed it.)
+	 */
 };
 
 static struct miscdevice mrn_misc = {

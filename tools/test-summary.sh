@@ -14,10 +14,10 @@ for log in "$@"; do
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
 	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
 	if [ -z "$p" ] && [ -z "$f" ]; then
-		# A shell test's own "N passed, N failed" line.
-		plain=$(sed -n 's/^\([A-Za-z0-9_.-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed.*/\2 \3/p' "$log" | tail -n 1)
+		# A shell test's own "N passed, N failed[, N skipped]" line.
+		plain=$(sed -n 's/^\([A-Za-z0-9_.-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed\(, \([0-9][0-9]*\) skipped\)\{0,1\}.*/\2 \3 \5/p' "$log" | tail -n 1)
 		if [ -n "$plain" ]; then
-			p=${plain% *} f=${plain#* }
+			read -r p f s <<<"$plain"
 		fi
 	fi
 	if [ -z "$p" ] && [ -z "$f" ]; then

@@ -3,6 +3,8 @@
 # PID 1 of the guest's initramfs: mount the host's root (read-only 9p) and the
 # results folder (writable 9p), then run guest-main.sh in a chroot of the
 # host's root. Powers off when done, whatever happens.
+# With mrn_hostfs=1 on the command line (run-in-guest.sh --root), the root is
+# another tree and the host's / is a second export, mounted at /run/host.
 /bin/busybox --install -s /bin
 export PATH=/bin
 
@@ -20,8 +22,27 @@ for m in $(cat /lib/mod/order); do
 done
 
 r=/mnt
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot $r ||
-	fail "cannot mount the host's root"
+p9="trans=virtio,version=9p2000.L,msize=262144"
+hostfs=0
+case " $(cat /proc/cmdline) " in *" mrn_hostfs=1 "*) hostfs=1 ;; esac
+if [ $hostfs = 1 ]; then
+	# The other root is read-only, and the host paths the commands need
+	# (a build tree anywhere) must be creatable in it: a tmpfs holds its
+	# top level, each folder of the root bound in, links copied.
+	mkdir -p /root9p
+	mount -t 9p -o $p9,ro hostroot /root9p || fail "cannot mount the root"
+	mount -t tmpfs -o mode=755 tmpfs $r || fail "cannot mount tmpfs on $r"
+	for e in /root9p/* /root9p/.[!.]*; do
+		n=${e#/root9p/}
+		if [ -L "$e" ]; then
+			ln -s "$(readlink "$e")" "$r/$n"
+		elif [ -d "$e" ]; then
+			mkdir "$r/$n" && mount --bind "$e" "$r/$n" || fail "cannot bind $n"
+		fi
+	done
+else
+	mount -t 9p -o $p9,ro hostroot $r || fail "cannot mount the host's root"
+fi
 mount -t proc proc $r/proc
 mount -t sysfs sysfs $r/sys
 mount -t devtmpfs devtmpfs $r/dev
@@ -32,12 +53,16 @@ mount -t devpts devpts $r/dev/pts
 # say, /tmp stays reachable (guest-main.sh binds it back in place).
 mount -t tmpfs -o mode=755 tmpfs $r/run || fail "cannot mount tmpfs on /run"
 mkdir -p $r/run/host
-mount --bind $r $r/run/host || fail "cannot bind the host's root"
+if [ $hostfs = 1 ]; then
+	mount -t 9p -o $p9,ro hostfs $r/run/host || fail "cannot mount the host's root"
+else
+	mount --bind $r $r/run/host || fail "cannot bind the host's root"
+fi
 for d in /tmp /root /dev/shm /var/tmp; do
 	mount -t tmpfs -o mode=1777 tmpfs $r$d || fail "cannot mount tmpfs on $d"
 done
 mkdir -p $r/run/mrn-results
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 results $r/run/mrn-results ||
+mount -t 9p -o $p9 results $r/run/mrn-results ||
 	fail "cannot mount the results folder"
 
 chroot $r /bin/bash /run/mrn-results/guest-main.sh

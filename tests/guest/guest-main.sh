@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Runs inside the guest, chrooted into the host's root: loads the modules,
+# Runs inside the guest, chrooted into the host's root (or --root): loads the modules,
 # brings up Soft-RoCE if asked, runs each command and writes N.out / N.rc into
 # the results folder, then the kernel log. The host's run-in-guest.sh reads them.
 set -u
@@ -19,6 +19,34 @@ setup_fail() {
 	exit 1
 }
 
+# The kernel's own modules: the root's, or those of --modules-root (a
+# kernel package unpacked elsewhere).
+modprobe() {
+	if [ -n "$MRN_MODULES_ROOT" ]; then
+		command modprobe -d "$MRN_MODULES_ROOT" "$@"
+	else
+		command modprobe "$@"
+	fi
+}
+
+# Paths the commands need that a tmpfs above hides (a build tree in /tmp),
+# or that another root (--root) lacks: bind them from the host's root.
+# Shortest paths first, so that a tree is bound before anything inside it;
+# a path is bound unless what is there already is the host's.
+same_as_host() {
+	[ -e "$1" ] && [ "$(stat -c %d:%i "$1")" = "$(stat -c %d:%i "/run/host$1")" ]
+}
+for p in "$MRN_CWD" "${MRN_BINDS[@]+"${MRN_BINDS[@]}"}" "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
+	[ -d "/run/host$p" ] || p=$(dirname "$p")
+	echo "${#p} $p"
+done | sort -n | cut -d' ' -f2- | while read -r p; do
+	if [ -e "/run/host$p" ] && ! same_as_host "$p"; then
+		mkdir -p "$p" && mount --bind "/run/host$p" "$p" ||
+			setup_fail "cannot make $p visible in the guest"
+	fi
+done
+[ -e $R/setup.err ] && exit 1
+
 if [ "$MRN_RXE" = 1 ]; then
 	# crc32_generic first: rxe cannot init its crc32 without it.
 	modprobe crc32_generic || setup_fail "modprobe crc32_generic"
@@ -36,24 +64,6 @@ if [ "$MRN_RXE" = 1 ]; then
 	done
 	ibv_devices 2>/dev/null | grep -qw rxe0 || setup_fail "rxe0 did not appear"
 fi
-
-# Paths the commands need that a tmpfs above hides (a build tree in /tmp):
-# bind them back from the unmasked view of the host's root.
-# Shortest paths first, so that a tree is bound before anything inside it;
-# a path is bound unless what is there already is the host's.
-same_as_host() {
-	[ -e "$1" ] && [ "$(stat -c %d:%i "$1")" = "$(stat -c %d:%i "/run/host$1")" ]
-}
-for p in "$MRN_CWD" "${MRN_BINDS[@]+"${MRN_BINDS[@]}"}" "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
-	[ -d "/run/host$p" ] || p=$(dirname "$p")
-	echo "${#p} $p"
-done | sort -n | cut -d' ' -f2- | while read -r p; do
-	if [ -e "/run/host$p" ] && ! same_as_host "$p"; then
-		mkdir -p "$p" && mount --bind "/run/host$p" "$p" ||
-			setup_fail "cannot make $p visible in the guest"
-	fi
-done
-[ -e $R/setup.err ] && exit 1
 
 for m in "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
 	name=$(basename "$m" .ko)

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 #
 # run-in-guest.sh: boot a Debian kernel under qemu (TCG) with the host's root
-# file system shared read-only over 9p, load kernel modules (ours and, on
-# request, Soft-RoCE), run test programs inside the guest and bring their
-# output and exit status back to the host.
+# file system (or another root, --root) shared read-only over 9p, load kernel
+# modules (ours and, on request, Soft-RoCE), run test programs inside the
+# guest and bring their output and exit status back to the host.
 #
 # Why a guest: the build machines' own kernel has no module support, so the
 # module and rxe can only be exercised in a kernel we boot ourselves.
@@ -22,12 +22,25 @@ usage() {
 Usage: $prog [options] [--] 'COMMAND' ['COMMAND' ...]
 
 Boots the guest kernel, loads the modules, then runs each COMMAND (a shell
-command line, run by /bin/sh in the guest's chroot of the host's /) one after
-the other. Prints each command's output and exit status, then a summary.
+command line, run by /bin/sh in the guest's chroot of the host's /, or of
+--root) one after the other. Prints each command's output and exit status,
+then a summary.
 
 Options:
-  --kernel-image FILE   bzImage to boot (default: /boot/vmlinuz-<release of
-                        --kernel-build>)
+  --root DIR            the root file system the guest chroots into (default:
+                        the host's /). The host's / stays visible at
+                        /run/host, and the working directory, --bind folders
+                        and modules are bound at their host paths; such a
+                        path must be new to DIR from its first folder on, or
+                        lie under /tmp, /root or /var/tmp (a folder of DIR
+                        itself is read-only)
+  --modules-root DIR    where lib/modules/<release> (the guest kernel's
+                        modules, with modules.dep) and boot/vmlinuz-<release>
+                        are (default: --root)
+  --release RELEASE     the guest kernel's release (default: that of
+                        --kernel-build)
+  --kernel-image FILE   bzImage to boot (default: <modules-root>/boot/
+                        vmlinuz-<release>)
   --kernel-build DIR    kernel build tree the modules were built against
                         (default: /lib/modules/\$(uname -r)/build, else the
                         newest /lib/modules/*/build)
@@ -65,6 +78,9 @@ die() {
 
 kernel_build=
 kernel_image=
+release=
+root=/
+modules_root=
 modules=()
 module_params=()
 rxe=0
@@ -82,6 +98,9 @@ quiet=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--kernel-image) kernel_image=$2; shift 2 ;;
+	--root) root=$(readlink -f "$2"); shift 2 ;;
+	--modules-root) modules_root=$(readlink -f "$2"); shift 2 ;;
+	--release) release=$2; shift 2 ;;
 	--kernel-build) kernel_build=$2; shift 2 ;;
 	--module) modules+=("$(readlink -f "$2")"); shift 2 ;;
 	--module-param) module_params+=("$2"); shift 2 ;;
@@ -116,22 +135,27 @@ done
 
 # --- what to boot -----------------------------------------------------------
 
-if [ -z "$kernel_build" ]; then
-	if [ -d "/lib/modules/$(uname -r)/build" ]; then
-		kernel_build=/lib/modules/$(uname -r)/build
-	else
-		kernel_build=$(ls -d /lib/modules/*/build 2>/dev/null | sort -V | tail -n 1)
+[ -d "$root/bin" ] || die "--root $root does not look like a root file system"
+[ -n "$modules_root" ] || modules_root=$root
+if [ -z "$release" ]; then
+	if [ -z "$kernel_build" ]; then
+		if [ -d "/lib/modules/$(uname -r)/build" ]; then
+			kernel_build=/lib/modules/$(uname -r)/build
+		else
+			kernel_build=$(ls -d /lib/modules/*/build 2>/dev/null | sort -V | tail -n 1)
+		fi
 	fi
+	[ -n "$kernel_build" ] && [ -d "$kernel_build" ] ||
+		die "no kernel build tree found; install linux-headers-amd64 or pass --kernel-build"
+	release=$(sed -n 's/^#define UTS_RELEASE "\(.*\)"/\1/p' \
+		"$kernel_build/include/generated/utsrelease.h" 2>/dev/null)
+	[ -n "$release" ] || die "cannot read the kernel release of $kernel_build"
 fi
-[ -n "$kernel_build" ] && [ -d "$kernel_build" ] ||
-	die "no kernel build tree found; install linux-headers-amd64 or pass --kernel-build"
-release=$(sed -n 's/^#define UTS_RELEASE "\(.*\)"/\1/p' \
-	"$kernel_build/include/generated/utsrelease.h" 2>/dev/null)
-[ -n "$release" ] || die "cannot read the kernel release of $kernel_build"
-moddir=/lib/modules/$release
+moddir=${modules_root%/}/lib/modules/$release
 [ -d "$moddir/kernel" ] ||
 	die "$moddir/kernel is missing; install linux-image-$release (or linux-image-amd64)"
-[ -n "$kernel_image" ] || kernel_image=/boot/vmlinuz-$release
+[ -r "$moddir/modules.dep" ] || die "$moddir/modules.dep is missing; run depmod -b $modules_root $release"
+[ -n "$kernel_image" ] || kernel_image=${modules_root%/}/boot/vmlinuz-$release
 [ -r "$kernel_image" ] ||
 	die "kernel image $kernel_image is missing; install linux-image-$release (or linux-image-amd64)"
 
@@ -171,15 +195,21 @@ add_module() { # $1: path relative to $moddir
 	ordered+=("$rel")
 }
 for name in virtio_pci 9pnet_virtio 9p; do
-	rel=$(awk -F: -v n="/$name.ko" 'index($1, n) && substr($1, length($1) - length(n) + 1) == n { print $1; exit }' \
-		"$moddir/modules.dep")
-	[ -n "$rel" ] || die "module $name not found in $moddir/modules.dep"
+	# Debian 13 compresses its modules (name.ko.xz).
+	rel=$(awk -F: -v n="$name" '{ f = $1; sub(/.*\//, "", f); sub(/\.ko(\.(xz|zst|gz))?$/, "", f) }
+		f == n { print $1; exit }' "$moddir/modules.dep")
+	if [ -z "$rel" ]; then
+		# Built into some kernels: then there is nothing to load.
+		grep -q "/$name.ko\$" "$moddir/modules.builtin" 2>/dev/null && continue
+		die "module $name not found in $moddir/modules.dep"
+	fi
 	add_module "$rel"
 done
 
 cache_dir=${XDG_CACHE_HOME:-$HOME/.cache}/mrnotify
 mkdir -p "$cache_dir" || die "cannot create $cache_dir"
-initrd=$cache_dir/initramfs-$release.cpio.gz
+# Keyed by the modules' folder too: the same release may come from two places.
+initrd=$cache_dir/initramfs-$release-$(echo "$moddir" | md5sum | cut -c1-8).cpio.gz
 init_src=$(dirname "$(readlink -f "$0")")/guest-init.sh
 [ -r "$init_src" ] || die "$init_src is missing"
 if [ ! -s "$initrd" ] || [ "$init_src" -nt "$initrd" ] || [ "$0" -nt "$initrd" ]; then
@@ -213,6 +243,13 @@ q() { printf '%q' "$1"; }
 	echo "MRN_RXE=$rxe"
 	echo "MRN_CWD=$(q "$cwd")"
 	echo "MRN_TEST_TIMEOUT=$test_timeout_s"
+	# modprobe in the guest finds the kernel's modules here ('' = the root's)
+	if [ "$modules_root" = "$root" ]; then
+		echo "MRN_MODULES_ROOT="
+	else
+		echo "MRN_MODULES_ROOT=$(q "$modules_root")"
+		binds+=("$modules_root")
+	fi
 	printf 'MRN_MODULES=('
 	for m in "${modules[@]+"${modules[@]}"}"; do printf ' %s' "$(q "$m")"; done
 	echo ' )'
@@ -234,6 +271,14 @@ cp "$(dirname "$(readlink -f "$0")")/guest-main.sh" "$results/guest-main.sh" ||
 
 # --- boot ---------------------------------------------------------------------
 
+# Another root: the host's / goes in as a third export, for /run/host.
+rootargs=(-virtfs "local,path=$root,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
+append="console=ttyS0 quiet loglevel=4 panic=-1"
+if [ "$root" != / ]; then
+	rootargs+=(-virtfs "local,path=/,mount_tag=hostfs,security_model=none,readonly=on,multidevs=remap")
+	append="$append mrn_hostfs=1"
+fi
+
 netargs=()
 if [ "$rxe" = 1 ]; then
 	# restrict=on: the guest's network reaches nothing outside qemu. rxe
@@ -243,14 +288,13 @@ else
 	netargs=(-nic none)
 fi
 
-echo "$prog: booting $kernel_image ($release) with ${#modules[@]} module(s)$([ "$rxe" = 1 ] && echo ' and rxe0'), $# command(s)" >&2
+echo "$prog: booting $kernel_image ($release)$([ "$root" != / ] && echo " on $root") with ${#modules[@]} module(s)$([ "$rxe" = 1 ] && echo ' and rxe0'), $# command(s)" >&2
 start=$(date +%s)
 timeout --foreground -s KILL "$timeout_s" "$qemu" \
 	-machine q35 -accel tcg -cpu max -m "$memory" -smp "$smp" \
 	-nographic -no-reboot -serial stdio -monitor none \
 	-kernel "$kernel_image" -initrd "$initrd" \
-	-append "console=ttyS0 quiet loglevel=4 panic=-1" \
-	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+	-append "$append" "${rootargs[@]}" \
 	-virtfs "local,path=$results,mount_tag=results,security_model=none,multidevs=remap" \
 	"${netargs[@]}" </dev/null >"$results/serial.log" 2>&1
 qrc=$?

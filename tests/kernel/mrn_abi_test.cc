@@ -18,6 +18,20 @@ TEST(Device, IsWorldAccessibleMiscDevice) {
   EXPECT_EQ(0666u, st.st_mode & 07777);
 }
 
+// The device is a stream: lseek and pread fail with ESPIPE. Kernels before
+// 6.12 said so through no_llseek, later ones through stream_open() alone.
+TEST(Device, IsNotSeekable) {
+  Ctx c(false);
+  ASSERT_GE(c.fd(), 0);
+  errno = 0;
+  EXPECT_EQ(-1, lseek(c.fd(), 0, SEEK_SET));
+  EXPECT_EQ(ESPIPE, errno);
+  char b;
+  errno = 0;
+  EXPECT_EQ(-1, pread(c.fd(), &b, 1, 0));
+  EXPECT_EQ(ESPIPE, errno);
+}
+
 TEST(StatusPage, StartsAtZeroWithAbiVersion) {
   Ctx c;
   ASSERT_TRUE(c.ok());

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "mrn_test_util.h"
@@ -311,22 +312,37 @@ TEST_F(Unmap, CopyOnWriteOfPrivateFileMapping) {
 
 // --- no false invalidations -------------------------------------------------
 
+// mprotect itself replaces no page. The writes that follow may: Linux 5.10
+// copies a private anonymous page on a write fault unless the fault holds
+// the only reference to it (6.1 and 6.12 reuse it here), and then the
+// registration really is stale. So the frames decide: exactly the replaced pages are
+// reported, and on a kernel that replaces none, nothing is.
 TEST_F(Unmap, MprotectBothWaysIsIgnored) {
   Map m(4 * page_size());
   m.touch();
+  std::vector<uint64_t> before;
+  for (int i = 0; i < 4; i++) before.push_back(mrn::pfn_of(m.get() + i * page_size()));
   auto ids = reg_pages(c, m.get(), 4);
   ASSERT_EQ(0, mprotect(m.get(), m.size(), PROT_READ));
   ASSERT_EQ(0, mprotect(m.get(), m.size(), PROT_READ | PROT_WRITE));
   ASSERT_EQ(0, mprotect(m.get() + page_size(), page_size(), PROT_NONE));
   ASSERT_EQ(0, mprotect(m.get() + page_size(), page_size(), PROT_READ | PROT_WRITE));
   m.touch();
-  EXPECT_EQ(0u, c.gen());
-  EXPECT_TRUE(c.drain_ids().empty());
+  Ids replaced;
+  for (int i = 0; i < 4; i++) {
+    uint64_t now = mrn::pfn_of(m.get() + i * page_size());
+    ASSERT_NE(0u, before[i]);  // pagemap needs root
+    ASSERT_NE(0u, now);
+    if (now != before[i]) replaced.insert(ids[i]);
+  }
+  std::printf("mprotect then write: %zu of 4 pages replaced by the kernel\n", replaced.size());
+  EXPECT_EQ(replaced.size(), c.gen());
+  EXPECT_EQ(replaced, c.drain_ids());
   mrn_query q = c.query();
-  // The events did reach the module and were ignored on purpose.
+  // The mprotect events did reach the module and were ignored on purpose.
   EXPECT_GE(q.callbacks[MRN_EV_PROTECTION_VMA], 4u);
   EXPECT_EQ(q.callbacks[MRN_EV_PROTECTION_VMA], q.ignored);
-  EXPECT_EQ(0u, q.invalidated);
+  EXPECT_EQ(replaced.size(), q.invalidated);
 }
 
 void fork_and_wait(bool child_writes, char *p, size_t len) {

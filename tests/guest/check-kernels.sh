@@ -1,0 +1,79 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# check-kernels.sh: the module's own tests (tests/kernel/*) on the kernels of
+# the other Debian stacks, each in its own guest: 5.10 (Debian 11's kernel,
+# the host's root) and 6.12 (Debian 13's kernel on a Debian 13 root). The
+# module is built for each with W=1 -Werror; the test programs are the
+# host's build (Debian 13's glibc and libstdc++ run Debian 12's binaries).
+#
+# Usage: check-kernels.sh --srcdir DIR --builddir DIR [KERNEL...]
+#   KERNEL: 5.10, 6.12 (default: both)
+# Stacks come from tools/stacks.sh (cached; MRNOTIFY_STACKS_DIR,
+# MRNOTIFY_STACKS=skip). A kernel whose stack cannot be had is SKIPPED, not
+# passed. Results: <builddir>/tests/kernel-results-KERNEL/: N.out / N.rc per
+# test program, and status.log when the kernel was skipped or its module did
+# not build (read by tools/test-summary.sh).
+set -u -o pipefail
+
+prog=$(basename "$0")
+srcdir='' builddir=''
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
+	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
+	-h|--help) sed -n '4,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) break ;;
+	esac
+done
+[ -n "$srcdir" ] && [ -n "$builddir" ] || { echo "$prog: --srcdir and --builddir are needed" >&2; exit 2; }
+[ $# -gt 0 ] || set -- 5.10 6.12
+
+stacks=$srcdir/tools/stacks.sh
+tests=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test kernel/mrn_stress_test)
+for t in "${tests[@]}"; do
+	[ -x "$builddir/tests/$t" ] || { echo "$prog: $builddir/tests/$t is not built" >&2; exit 2; }
+done
+
+status=0
+for k in "$@"; do
+	res=$builddir/tests/kernel-results-$k
+	rm -rf "$res" && mkdir -p "$res" || exit 2
+	echo "== $k"
+	# status.log holds one "N passed, N failed, N skipped" line for a kernel
+	# that did not reach the guest.
+	"$stacks" fetch "$k"
+	rc=$?
+	if [ $rc -eq 3 ]; then
+		echo "kernel-$k: 0 passed, 0 failed, 1 skipped (the stack could not be fetched)" |
+			tee "$res/status.log"
+		continue
+	elif [ $rc -ne 0 ]; then
+		echo "kernel-$k: 0 passed, 1 failed, 0 skipped (setting up the stack failed)" |
+			tee "$res/status.log"
+		status=1
+		continue
+	fi
+	env=$("$stacks" env "$k") || { status=1; continue; }
+	eval "$env"
+	out=$builddir/kernel/$k
+	if ! "$stacks" build-module "$k" "$srcdir/kernel" "$out" >"$res/build.log" 2>&1; then
+		cat "$res/build.log"
+		echo "kernel-$k: 0 passed, 1 failed, 0 skipped (mrnotify.ko did not build; $res/build.log)" |
+			tee "$res/status.log"
+		status=1
+		continue
+	fi
+	grep -E '^stacks.sh: ' "$res/build.log"
+	ko=$out/mrnotify.ko
+	t0=$(date +%s)
+	# shellcheck disable=SC2154 # STACK_* come from stacks.sh env
+	nice "$srcdir/tests/guest/run-in-guest.sh" --root "$STACK_ROOT" \
+		--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE" \
+		--kernel-image "$STACK_IMAGE" --module "$ko" \
+		--cwd "$builddir/tests" --bind "$srcdir" --bind "$builddir" \
+		--test-timeout 1500 --timeout 3000 --quiet --results "$res" \
+		"${tests[@]}" "sh $srcdir/tests/kernel/mrn_unload.sh $ko" || status=1
+	echo "$prog: $k: guest $(($(date +%s) - t0)) s"
+done
+exit $status

@@ -1,0 +1,293 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# stacks.sh: the other Debian stacks the module is checked on, cached outside
+# the source tree.
+#
+#   5.10  Debian 11's kernel: linux-image, linux-headers (+ -common, kbuild)
+#         unpacked (not installed) under $MRNOTIFY_STACKS_DIR/bullseye. The
+#         guest boots it with the host's root; its modules come from there.
+#   6.12  Debian 13's kernel, inside a Debian 13 root made with mmdebstrap
+#         under $MRNOTIFY_STACKS_DIR/trixie-root. The guest boots it with
+#         that root over 9p, and the module is built in a chroot of it:
+#         Debian 13's kbuild tools need its newer glibc.
+#
+# Usage:
+#   stacks.sh fetch KERNEL...           make what is missing (5.10, 6.12, all)
+#   stacks.sh env KERNEL                print the stack's paths as shell
+#                                       assignments (STACK_RELEASE, STACK_ROOT,
+#                                       STACK_MODULES_ROOT, STACK_IMAGE,
+#                                       STACK_BUILD)
+#   stacks.sh build-module KERNEL SRC OUT
+#                                       build SRC (kernel/) for KERNEL into
+#                                       OUT/mrnotify.ko with W=1 and -Werror
+#   stacks.sh run 6.12 [--bind DIR]... CMD...
+#                                       run CMD in a chroot of the Debian 13
+#                                       root, in the current directory; it
+#                                       and each DIR are the host's, bound
+#                                       in; what CMD writes elsewhere is
+#                                       thrown away
+# Environment: MRNOTIFY_STACKS_DIR (default /var/cache/mrnotify-stacks),
+# MRNOTIFY_STACKS=skip (fetch nothing; stacks not cached count as missing),
+# MRNOTIFY_MIRROR (default: the machine's first Debian mirror).
+# Exit status: 0 done, 1 failed, 2 usage, 3 stack missing and not made.
+set -u -o pipefail
+
+prog=$(basename "$0")
+cache=${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
+
+say() { echo "$prog: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+# Time one step; the line is what CI logs show for cold and warm runs.
+timed() { # $1: label, rest: command
+	local label=$1 t0 rc
+	shift
+	t0=$(date +%s)
+	"$@"
+	rc=$?
+	say "$label: $(($(date +%s) - t0)) s$([ $rc -ne 0 ] && echo " (failed, exit $rc)")"
+	return $rc
+}
+
+mirror() {
+	if [ -n "${MRNOTIFY_MIRROR:-}" ]; then
+		echo "$MRNOTIFY_MIRROR"
+		return
+	fi
+	local m
+	m=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+		grep -v security | head -n 1)
+	[ -n "$m" ] || m=$(awk '$1 == "deb" && $3 !~ /security/ { print $2; exit }' \
+		/etc/apt/sources.list 2>/dev/null)
+	echo "${m:-http://deb.debian.org/debian}"
+}
+
+# --- 5.10: Debian 11's packages, unpacked ------------------------------------
+
+b_dir=$cache/bullseye
+b_root=$b_dir/root
+
+# A private apt state, so that the machine's own sources stay as they are;
+# an empty dpkg status, so that the host's installed 6.1 packages are not
+# taken for the release's.
+b_opts() {
+	echo -o Dir::Etc::sourcelist="$b_dir/apt/sources.list" \
+		-o Dir::Etc::sourceparts=/dev/null -o Dir::State::Lists="$b_dir/apt/lists" \
+		-o Dir::State::status="$b_dir/apt/status" -o Dir::Cache="$b_dir/apt/cache" \
+		-o APT::Sandbox::User=root
+}
+
+# The first dependency of PACKAGE that matches the sed pattern.
+b_dep() { # $1: package, $2: sed -n expression
+	# shellcheck disable=SC2046 # the options are words without spaces
+	apt-cache $(b_opts) show "$1" 2>/dev/null | sed -n 's/^Depends: *//p' |
+		head -n 1 | tr ',' '\n' | sed -n "$2"
+}
+
+b_download() {
+	mkdir -p "$b_dir/apt/lists/partial" "$b_dir/apt/cache" "$b_dir/debs" || return
+	: >"$b_dir/apt/status"
+	echo "deb $(mirror) bullseye main" >"$b_dir/apt/sources.list"
+	# shellcheck disable=SC2046
+	apt-get -q --error-on=any $(b_opts) update >/dev/null || return
+	# The meta-packages name the versioned ones (5.10.0-N).
+	local img hdr more
+	img=$(b_dep linux-image-amd64 's/^ *\(linux-image-[0-9][^ ]*\).*/\1/p')
+	[ -n "$img" ] || { say "5.10: linux-image-amd64 not found on bullseye"; return 1; }
+	hdr=${img/linux-image-/linux-headers-}
+	more=$(b_dep "$hdr" 's/^ *\(linux-\(headers-[^ ]*-common\|kbuild-[^ ]*\)\).*/\1/p')
+	# shellcheck disable=SC2046,SC2086 # $more: package names
+	(cd "$b_dir/debs" && rm -f ./*.deb &&
+		apt-get -q $(b_opts) download "$img" "$hdr" $more >/dev/null)
+}
+
+b_unpack() {
+	local f rel hdr
+	rm -rf "$b_root.tmp" && mkdir -p "$b_root.tmp" || return
+	for f in "$b_dir"/debs/*.deb; do
+		dpkg-deb -x "$f" "$b_root.tmp" || return
+	done
+	rel=$(ls "$b_root.tmp/lib/modules" | head -n 1)
+	[ -n "$rel" ] || { say "bullseye: no modules in the image package"; return 1; }
+	hdr=$b_root.tmp/usr/src/linux-headers-$rel
+	# The -amd64 headers include the -common Makefile by absolute path, and
+	# its build and source links are absolute too: point them at the copy.
+	sed -i "s|/usr/src/|$b_root/usr/src/|g" "$hdr/Makefile" || return
+	ln -sfn "$b_root/usr/src/linux-headers-$rel" "$b_root.tmp/lib/modules/$rel/build"
+	ln -sfn "$b_root/usr/src/linux-headers-${rel%-amd64}-common" "$b_root.tmp/lib/modules/$rel/source"
+	# Installing runs depmod; unpacking does not. The guest's modprobe and
+	# the harness need modules.dep.
+	depmod -b "$b_root.tmp" "$rel" || return
+	rm -rf "$b_root" && mv "$b_root.tmp" "$b_root"
+}
+
+b_ok() { [ -e "$b_root/.complete" ]; }
+
+fetch_510() {
+	b_ok && { say "5.10: cached in $b_root"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "5.10: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	timed "5.10: download (apt-get download)" b_download || return 3
+	timed "5.10: unpack (dpkg-deb -x, depmod)" b_unpack || return 1
+	: >"$b_root/.complete"
+}
+
+env_510() {
+	local rel
+	rel=$(ls "$b_root/lib/modules" 2>/dev/null | head -n 1)
+	echo "STACK_RELEASE=$rel"
+	echo "STACK_ROOT=/"
+	echo "STACK_MODULES_ROOT=$b_root"
+	echo "STACK_IMAGE=$b_root/boot/vmlinuz-$rel"
+	echo "STACK_BUILD=$b_root/usr/src/linux-headers-$rel"
+}
+
+# Debian 11's compiler is gcc-10; Debian 12's gcc builds a module that loads
+# (the version mismatch only changes which warnings exist, checked by W=1).
+build_510() { # $1: out dir
+	local rel
+	rel=$(ls "$b_root/lib/modules" | head -n 1)
+	nice make -C "$b_root/usr/src/linux-headers-$rel" M="$1" CC=gcc W=1 \
+		KCFLAGS=-Werror modules
+}
+
+# --- 6.12: a Debian 13 root ----------------------------------------------------
+
+t_root=$cache/trixie-root
+# What other-stacks.md lists: the project's build dependencies, Open MPI 5,
+# UCX 1.18 and Debian 13's kernel with headers.
+t_packages=build-essential,autoconf,automake,libtool,pkg-config,libibverbs-dev,librdmacm-dev,ibverbs-providers,ibverbs-utils,libopenmpi-dev,openmpi-bin,libucx-dev,ucx-utils,libhwloc-dev,libgtest-dev,kmod,iproute2,rdma-core,linux-image-amd64,linux-headers-amd64
+
+t_ok() { [ -e "$t_root/.complete" ]; }
+
+t_make() {
+	command -v mmdebstrap >/dev/null || { say "6.12: mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
+	rm -rf "$t_root.tmp"
+	# Built beside and renamed when complete: an interrupted run leaves no
+	# half root that looks usable.
+	nice mmdebstrap --quiet --variant=apt --include="$t_packages" trixie \
+		"$t_root.tmp" "deb $(mirror) trixie main" || { rm -rf "$t_root.tmp"; return 3; }
+	rm -rf "$t_root" && mv "$t_root.tmp" "$t_root"
+}
+
+fetch_612() {
+	t_ok && { say "6.12: cached in $t_root"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "6.12: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	mkdir -p "$cache" || return 1
+	timed "6.12: Debian 13 root (mmdebstrap)" t_make || return $?
+	: >"$t_root/.complete"
+}
+
+env_612() {
+	local rel
+	rel=$(ls "$t_root/lib/modules" 2>/dev/null | sort -V | tail -n 1)
+	echo "STACK_RELEASE=$rel"
+	echo "STACK_ROOT=$t_root"
+	echo "STACK_MODULES_ROOT=$t_root"
+	echo "STACK_IMAGE=$t_root/boot/vmlinuz-$rel"
+	echo "STACK_BUILD=$t_root/usr/src/linux-headers-$rel"
+}
+
+# In a private mount namespace: the output folder is bound into the root at
+# /run/mrn-kmod, so nothing of the build is left in the cached root.
+build_612() { # $1: out dir
+	local rel
+	rel=$(ls "$t_root/lib/modules" | sort -V | tail -n 1)
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	nice unshare -m -- /bin/sh -c '
+		set -e
+		mount --make-rprivate /
+		mount -t tmpfs tmpfs "$1/run"
+		mkdir -p "$1/run/mrn-kmod"
+		mount --bind "$2" "$1/run/mrn-kmod"
+		mount -t proc proc "$1/proc"
+		exec chroot "$1" make -C "/usr/src/linux-headers-$3" M=/run/mrn-kmod \
+			W=1 KCFLAGS=-Werror modules' sh "$t_root" "$(readlink -f "$out")" "$rel"
+}
+
+# --- commands ---------------------------------------------------------------------
+
+kernels() { # expand "all"
+	local k
+	for k in "$@"; do
+		case "$k" in
+		all) echo 5.10 6.12 ;;
+		5.10|6.12) echo "$k" ;;
+		*) say "unknown kernel '$k' (5.10, 6.12 or all)"; exit 2 ;;
+		esac
+	done
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+fetch)
+	[ $# -gt 0 ] || set -- all
+	status=0
+	for k in $(kernels "$@"); do
+		"fetch_${k/./}" || { rc=$?; [ $status -ge $rc ] || status=$rc; }
+	done
+	exit $status
+	;;
+env)
+	[ $# -eq 1 ] || { say "usage: $prog env KERNEL"; exit 2; }
+	k=$(kernels "$1")
+	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; esac ||
+		{ say "$k: not cached (run $prog fetch $k)"; exit 3; }
+	"env_${k/./}"
+	;;
+build-module)
+	[ $# -eq 3 ] || { say "usage: $prog build-module KERNEL SRC OUT"; exit 2; }
+	k=$(kernels "$1") src=$(readlink -f "$2") out=$3
+	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; esac ||
+		{ say "$k: not cached (run $prog fetch $k)"; exit 3; }
+	# A copy, not links: the chroot cannot follow links to the host's tree.
+	rm -rf "$out" && mkdir -p "$out/include/uapi/linux" || exit 1
+	shopt -s nullglob
+	cp "$src/Kbuild" "$src"/*.c "$src"/*.h "$out/" || exit 1
+	cp "$src/include/uapi/linux/mrnotify.h" "$out/include/uapi/linux/" || exit 1
+	timed "$k: build mrnotify.ko (W=1, -Werror)" "build_${k/./}" "$out" || exit 1
+	[ -f "$out/mrnotify.ko" ] || die "$k: no mrnotify.ko in $out"
+	;;
+run)
+	[ "${1:-}" = 6.12 ] || { say "usage: $prog run 6.12 [--bind DIR]... CMD..."; exit 2; }
+	shift
+	binds=("$PWD")
+	while [ "${1:-}" = --bind ]; do binds+=("$(readlink -f "$2")"); shift 2; done
+	[ $# -gt 0 ] || { say "usage: $prog run 6.12 [--bind DIR]... CMD..."; exit 2; }
+	t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }
+	exec unshare -m -- "$0" __in-namespace "$PWD" "${#binds[@]}" "${binds[@]}" "$@"
+	;;
+__in-namespace)
+	# In run's private mount namespace: a throw-away overlay on the cached
+	# root, so that CMD may install packages or create the paths it is
+	# given, and the cache stays as mmdebstrap made it.
+	cwd=$1 n=$2
+	shift 2
+	binds=("${@:1:$n}")
+	shift "$n"
+	set -e
+	mount --make-rprivate /
+	w=$(mktemp -d)
+	mount -t tmpfs tmpfs "$w"
+	mkdir "$w/upper" "$w/work" "$w/root"
+	mount -t overlay overlay -o "lowerdir=$t_root,upperdir=$w/upper,workdir=$w/work" "$w/root"
+	r=$w/root
+	mount -t proc proc "$r/proc"
+	mount --rbind /dev "$r/dev"
+	mount --rbind /sys "$r/sys"
+	mount -t tmpfs tmpfs "$r/tmp"
+	# Shortest first: a tree before what is inside it.
+	while IFS= read -r b; do
+		mkdir -p "$r$b"
+		mount --rbind "$b" "$r$b"
+	done < <(printf '%s\n' "${binds[@]}" | awk '{ print length($0), $0 }' | sort -n | cut -d' ' -f2-)
+	set +e
+	# shellcheck disable=SC2016 # expanded by the shell in the chroot
+	exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
+	;;
+*)
+	sed -n '4,32p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac
