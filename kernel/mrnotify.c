@@ -27,6 +27,7 @@
 #include <linux/build_bug.h>
 #include <linux/device.h>
 #include <linux/fs.h>
+#include <linux/lockdep.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
@@ -147,10 +148,15 @@ static struct mrn_ctx *mrn_reg_ctx(struct mmu_interval_notifier *mni)
 	return container_of(mni->ops, struct mrn_ctx, ops);
 }
 
-/*
- * Map the kernel's reason to the ABI's slot and decide whether it can
- * replace pages. The mapping is explicit so that the ABI does not depend on
- * the order of enum mmu_notifier_event.
+/**
+ * mrn_event_slot - classify a notifier event
+ * @event: the kernel's reason for the invalidation
+ * @invalidates: set to whether the event can replace pages
+ *
+ * The mapping is explicit so that the ABI does not depend on the order of
+ * enum mmu_notifier_event.
+ *
+ * Return: the event's slot in the statistics (enum mrn_event).
  */
 static unsigned int mrn_event_slot(enum mmu_notifier_event event,
 				   bool *invalidates)
@@ -190,10 +196,19 @@ static unsigned int mrn_event_slot(enum mmu_notifier_event event,
 	return MRN_EV_OTHER;
 }
 
-/*
- * The notifier callback. It runs in the context of whoever changes the
- * mapping (the process itself, reclaim, the OOM reaper in non-blocking
- * mode), so it only takes the xarray spinlock and never fails.
+/**
+ * mrn_invalidate - the notifier callback
+ * @mni: the registration's interval notifier
+ * @range: what changes, and why
+ * @cur_seq: the sequence number to publish for mmu_interval_read_retry()
+ *
+ * It runs in the context of whoever changes the mapping (the process
+ * itself, reclaim, the OOM reaper in non-blocking mode), so it only takes
+ * the xarray spinlock, never sleeps and never fails. An event that can
+ * replace pages marks the registration dirty (once) and bumps the
+ * generation, which is published after the mark.
+ *
+ * Return: always true (the invalidation is never refused).
  */
 static bool mrn_invalidate(struct mmu_interval_notifier *mni,
 			   const struct mmu_notifier_range *range,
@@ -239,15 +254,21 @@ static void mrn_free_reg(struct mrn_reg *reg)
 	atomic_long_dec(&mrn_nr_regs);
 }
 
-/*
- * Drop @reg from the id index (which also clears its dirty mark). Its
- * notifier must already be removed, so no callback can mark it again.
- * Returns whether it was dirty. Called with ctx->mutex held.
+/**
+ * mrn_unlink - drop a registration from its context's id index
+ * @ctx: the context; its mutex must be held
+ * @reg: the registration, whose notifier is already removed (so no
+ *       callback can mark it again)
+ *
+ * Erasing it from the xarray also clears its dirty mark.
+ *
+ * Return: whether it was dirty (reported, or to be reported, by DRAIN).
  */
 static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
 	bool dirty;
 
+	lockdep_assert_held(&ctx->mutex);
 	xa_lock(&ctx->regs);
 	__xa_erase(&ctx->regs, reg->id);
 	dirty = reg->state & MRN_REG_DIRTY;
@@ -353,16 +374,36 @@ static int mrn_mmap(struct file *file, struct vm_area_struct *vma)
 			       vma->vm_page_prot);
 }
 
-/*
- * Read an extensible argument: sizes below the first version are EINVAL,
- * larger ones need a zero tail (copy_struct_from_user returns E2BIG).
+/* The first two fields of every ioctl argument (see the uapi header). */
+struct mrn_arg_header {
+	__u32 size;
+	__u32 flags;
+};
+
+/**
+ * mrn_get_arg - copy in an extensible ioctl argument and check its header
+ * @karg: the kernel's copy, @ksize bytes, beginning with struct
+ *        mrn_arg_header
+ * @ksize: sizeof the argument as this module knows it
+ * @min_size: the size of its first version
+ * @uarg: the user's copy
+ * @usize: the size the user passed
+ *
+ * Return: 0; -EINVAL for a size below the first version or a flag (none
+ * is defined); -E2BIG when a larger argument has a non-zero tail; -EFAULT.
  */
 static int mrn_get_arg(void *karg, size_t ksize, size_t min_size,
 		       const void __user *uarg, u32 usize)
 {
+	const struct mrn_arg_header *hdr = karg;
+	int ret;
+
 	if (usize < min_size)
 		return -EINVAL;
-	return copy_struct_from_user(karg, ksize, uarg, usize);
+	ret = copy_struct_from_user(karg, ksize, uarg, usize);
+	if (ret)
+		return ret;
+	return hdr->flags ? -EINVAL : 0;
 }
 
 static long mrn_ioctl_register(struct mrn_ctx *ctx,
@@ -378,8 +419,6 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 			  usize);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	if (!arg.length)
 		return -EINVAL;
 	if (check_add_overflow(arg.addr, arg.length, &end))
@@ -458,8 +497,6 @@ static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 			  usize);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	if (!arg.id || arg.id > U32_MAX)
 		return -ENOENT;
 
@@ -488,11 +525,13 @@ static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 	return dirty ? MRN_UNREGISTER_WAS_DIRTY : 0;
 }
 
+/* Forget a DRAIN batch that could not be reported. */
 static void mrn_clear_batch(struct mrn_ctx *ctx)
 {
 	struct mrn_reg *reg;
 	unsigned long index;
 
+	lockdep_assert_held(&ctx->mutex);
 	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_BATCH)
 		xa_clear_mark(&ctx->regs, index, MRN_MARK_BATCH);
 }
@@ -513,8 +552,6 @@ static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 	ret = mrn_get_arg(&arg, sizeof(arg), MRN_DRAIN_SIZE_VER1, uarg, usize);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	if (arg.entry_size < MRN_DIRTY_ENTRY_SIZE_VER1 ||
 	    arg.entry_size > PAGE_SIZE || arg.entry_size % sizeof(u64))
 		return -EINVAL;
@@ -595,8 +632,6 @@ static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 	ret = mrn_get_arg(&q, sizeof(q), MRN_QUERY_SIZE_VER1, uarg, usize);
 	if (ret)
 		return ret;
-	if (q.flags)
-		return -EINVAL;
 
 	memset(&q, 0, sizeof(q));
 	q.size = min_t(u32, usize, sizeof(q));
@@ -743,6 +778,15 @@ static int __init mrn_init(void)
 	BUILD_BUG_ON(sizeof(struct mrn_unregister) != MRN_UNREGISTER_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_drain) != MRN_DRAIN_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_query) != MRN_QUERY_SIZE_VER1);
+	/* mrn_get_arg() reads every argument's header the same way. */
+#define MRN_CHECK_HEADER(type)							\
+	BUILD_BUG_ON(offsetof(type, size) != offsetof(struct mrn_arg_header, size) || \
+		     offsetof(type, flags) != offsetof(struct mrn_arg_header, flags))
+	MRN_CHECK_HEADER(struct mrn_register);
+	MRN_CHECK_HEADER(struct mrn_unregister);
+	MRN_CHECK_HEADER(struct mrn_drain);
+	MRN_CHECK_HEADER(struct mrn_query);
+#undef MRN_CHECK_HEADER
 	BUILD_BUG_ON(sizeof(struct mrn_reg) > 104);
 
 	mrn_reg_cache = KMEM_CACHE(mrn_reg, SLAB_ACCOUNT);

@@ -40,7 +40,7 @@ struct mrn_status {
 	 * after the registration is on the dirty list. Read it with an acquire
 	 * load (e.g. __atomic_load_n(&st->generation, __ATOMIC_ACQUIRE)).
 	 */
-	__u64 generation;
+	__aligned_u64 generation;
 	__u32 abi_version;	/* MRN_ABI_VERSION of the running module */
 	__u32 reserved;		/* zero */
 };
@@ -49,10 +49,10 @@ struct mrn_status {
 struct mrn_register {
 	__u32 size;		/* in: sizeof(struct mrn_register) */
 	__u32 flags;		/* in: none defined, must be 0 */
-	__u64 addr;		/* in: start of the range (any alignment) */
-	__u64 length;		/* in: bytes, > 0 */
-	__u64 cookie;		/* in: returned by DRAIN, never interpreted */
-	__u64 id;		/* out: handle for UNREGISTER; never 0 */
+	__aligned_u64 addr;		/* in: start of the range (any alignment) */
+	__aligned_u64 length;		/* in: bytes, > 0 */
+	__aligned_u64 cookie;		/* in: returned by DRAIN, never interpreted */
+	__aligned_u64 id;		/* out: handle for UNREGISTER; never 0 */
 };
 #define MRN_REGISTER_SIZE_VER1	40
 
@@ -64,17 +64,17 @@ struct mrn_register {
 struct mrn_unregister {
 	__u32 size;		/* in: sizeof(struct mrn_unregister) */
 	__u32 flags;		/* in: none defined, must be 0 */
-	__u64 id;		/* in: from REGISTER */
+	__aligned_u64 id;		/* in: from REGISTER */
 };
 #define MRN_UNREGISTER_SIZE_VER1	16
 #define MRN_UNREGISTER_WAS_DIRTY	1
 
 /* One invalidated registration, as written by DRAIN. */
 struct mrn_dirty_entry {
-	__u64 cookie;
-	__u64 id;
-	__u64 addr;
-	__u64 length;
+	__aligned_u64 cookie;
+	__aligned_u64 id;
+	__aligned_u64 addr;
+	__aligned_u64 length;
 };
 #define MRN_DIRTY_ENTRY_SIZE_VER1	32
 
@@ -86,12 +86,12 @@ struct mrn_dirty_entry {
 struct mrn_drain {
 	__u32 size;		/* in: sizeof(struct mrn_drain) */
 	__u32 flags;		/* in: none defined, must be 0 */
-	__u64 entries;		/* in: user pointer to capacity entries */
+	__aligned_u64 entries;		/* in: user pointer to capacity entries */
 	__u32 capacity;		/* in: number of entries at .entries */
 	__u32 entry_size;	/* in: sizeof(struct mrn_dirty_entry), >= 32 */
 	__u32 count;		/* out: entries written */
 	__u32 out_flags;	/* out: MRN_DRAIN_MORE */
-	__u64 generation;	/* out: the generation when the batch was taken */
+	__aligned_u64 generation;	/* out: the generation when the batch was taken */
 };
 #define MRN_DRAIN_SIZE_VER1	40
 /* More registrations were dirty than fitted; call DRAIN again. */
@@ -117,16 +117,16 @@ struct mrn_query {
 	__u32 flags;		/* in: none defined, must be 0 */
 	__u32 abi_version;	/* MRN_ABI_VERSION */
 	__u32 reg_bytes;	/* slab object size of one registration */
-	__u64 max_registrations;/* per-context cap (ENOSPC beyond it) */
-	__u64 registrations;	/* live registrations */
-	__u64 dirty;		/* dirty registrations not yet drained */
-	__u64 generation;	/* same value as the status page */
-	__u64 invalidated;	/* registrations that became dirty */
-	__u64 already_dirty;	/* invalidating callbacks on a dirty one */
-	__u64 ignored;		/* callbacks ignored (protection changes) */
-	__u64 drained;		/* entries reported by DRAIN */
-	__u64 unregistered_dirty;/* UNREGISTERs that returned WAS_DIRTY */
-	__u64 callbacks[MRN_EV_SLOTS];	/* notifier callbacks, by mrn_event */
+	__aligned_u64 max_registrations;/* per-context cap (ENOSPC beyond it) */
+	__aligned_u64 registrations;	/* live registrations */
+	__aligned_u64 dirty;		/* dirty registrations not yet drained */
+	__aligned_u64 generation;	/* same value as the status page */
+	__aligned_u64 invalidated;	/* registrations that became dirty */
+	__aligned_u64 already_dirty;	/* invalidating callbacks on a dirty one */
+	__aligned_u64 ignored;		/* callbacks ignored (protection changes) */
+	__aligned_u64 drained;		/* entries reported by DRAIN */
+	__aligned_u64 unregistered_dirty;/* UNREGISTERs that returned WAS_DIRTY */
+	__aligned_u64 callbacks[MRN_EV_SLOTS];	/* notifier callbacks, by mrn_event */
 };
 #define MRN_QUERY_SIZE_VER1	(88 + 8 * MRN_EV_SLOTS)
 
