@@ -143,6 +143,39 @@ class Map {
   char *p_;
 };
 
+// A mapping of an unlinked temporary file of len bytes, every page touched
+// (read, so that a private mapping still maps the page cache).
+class FileMap {
+ public:
+  FileMap(size_t len, int flags) : len_(len) {
+    char path[] = "/tmp/mrn-file-XXXXXX";
+    fd_ = mkstemp(path);
+    if (fd_ < 0) return;
+    unlink(path);
+    if (ftruncate(fd_, static_cast<off_t>(len)) != 0) return;
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd_, 0);
+    if (p == MAP_FAILED) return;
+    p_ = static_cast<char *>(p);
+    for (size_t o = 0; o < len; o += page_size()) {
+      volatile char sink = p_[o];
+      (void)sink;
+    }
+  }
+  ~FileMap() {
+    if (p_) munmap(p_, len_);
+    if (fd_ >= 0) close(fd_);
+  }
+  FileMap(const FileMap &) = delete;
+  FileMap &operator=(const FileMap &) = delete;
+  char *get() const { return p_; }
+  int fd() const { return fd_; }
+
+ private:
+  size_t len_;
+  int fd_ = -1;
+  char *p_ = nullptr;
+};
+
 // The highest user address + 1 (TASK_SIZE): 47-bit unless the CPU and
 // kernel use 5-level paging (qemu's -cpu max has LA57), probed with a
 // mapping above the 47-bit line.

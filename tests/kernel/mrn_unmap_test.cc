@@ -74,14 +74,55 @@ TEST_F(Unmap, MunmapWhole) {
   EXPECT_EQ(1u, q.registrations);
 }
 
-TEST_F(Unmap, MunmapPartial) {
-  Map m(8 * page_size());
+// The paths that replace part of a mapping: each invalidates exactly the
+// one-page registrations of the pages it replaces (pages [from, to) of
+// `pages`), and nothing else.
+struct PartialCase {
+  const char *name;
+  int pages;
+  bool shared;                     // MAP_SHARED | MAP_ANONYMOUS (shmem)
+  int (*replace)(char *base, size_t ps);  // 0 on success
+  int from, to;
+  bool zaps = false;               // reported as CLEAR (a zap), not UNMAP
+};
+
+const PartialCase kPartialCases[] = {
+    {"MunmapPartial", 8, false, [](char *b, size_t ps) { return munmap(b + 2 * ps, 3 * ps); }, 2, 5},
+    {"MremapShrink", 8, false,
+     [](char *b, size_t ps) { return mremap(b, 8 * ps, 3 * ps, 0) == b ? 0 : -1; }, 3, 8},
+    {"MadviseDontneed", 6, false, [](char *b, size_t ps) { return madvise(b + 2 * ps, 2 * ps, MADV_DONTNEED); },
+     2, 4, true},
+    {"MadviseFree", 6, false, [](char *b, size_t ps) { return madvise(b + ps, 3 * ps, MADV_FREE); }, 1, 4},
+    {"MadviseRemoveOnShmem", 6, true, [](char *b, size_t ps) { return madvise(b + 4 * ps, 2 * ps, MADV_REMOVE); },
+     4, 6},
+    {"MapFixedOverLiveRange", 8, false,
+     [](char *b, size_t ps) {
+       void *p = mmap(b + 2 * ps, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+       return p == b + 2 * ps ? 0 : -1;
+     },
+     2, 4},
+};
+
+class PartialReplace : public Unmap, public ::testing::WithParamInterface<PartialCase> {};
+
+TEST_P(PartialReplace, InvalidatesExactlyTheReplacedPages) {
+  const PartialCase &t = GetParam();
+  const size_t ps = page_size();
+  Map m(static_cast<size_t>(t.pages) * ps, PROT_READ | PROT_WRITE,
+        t.shared ? MAP_SHARED | MAP_ANONYMOUS : MAP_PRIVATE | MAP_ANONYMOUS);
+  ASSERT_NE(nullptr, m.get());
   m.touch();
-  auto ids = reg_pages(c, m.get(), 8);
-  ASSERT_EQ(0, munmap(m.get() + 2 * page_size(), 3 * page_size()));
-  EXPECT_EQ(3u, c.gen());
-  EXPECT_EQ(pick(ids, 2, 5), c.drain_ids());
+  auto ids = reg_pages(c, m.get(), t.pages);
+  ASSERT_EQ(0, t.replace(m.get(), ps)) << strerror(errno);
+  EXPECT_EQ(static_cast<uint64_t>(t.to - t.from), c.gen());
+  EXPECT_EQ(pick(ids, t.from, t.to), c.drain_ids());
+  if (t.zaps) {
+    EXPECT_GE(c.query().callbacks[MRN_EV_CLEAR], static_cast<uint64_t>(t.to - t.from));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, PartialReplace, ::testing::ValuesIn(kPartialCases),
+                         [](const ::testing::TestParamInfo<PartialCase> &i) { return i.param.name; });
 
 TEST_F(Unmap, MunmapOnePageInTheMiddle) {
   Map m(8 * page_size());
@@ -127,15 +168,6 @@ TEST_F(Unmap, MremapMove) {
   EXPECT_EQ(5u, c.gen());
 }
 
-TEST_F(Unmap, MremapShrink) {
-  const size_t ps = page_size();
-  Map m(8 * ps);
-  m.touch();
-  auto ids = reg_pages(c, m.get(), 8);
-  ASSERT_EQ(static_cast<void *>(m.get()), mremap(m.get(), 8 * ps, 3 * ps, 0));
-  EXPECT_EQ(pick(ids, 3, 8), c.drain_ids());
-}
-
 TEST_F(Unmap, MremapGrowInPlaceReplacesNothing) {
   const size_t ps = page_size();
   Map m(8 * ps);
@@ -145,32 +177,6 @@ TEST_F(Unmap, MremapGrowInPlaceReplacesNothing) {
   ASSERT_EQ(static_cast<void *>(m.get()), mremap(m.get(), 4 * ps, 8 * ps, 0));
   EXPECT_EQ(0u, c.gen());
   EXPECT_TRUE(c.drain_ids().empty());
-}
-
-TEST_F(Unmap, MadviseDontneed) {
-  Map m(6 * page_size());
-  m.touch();
-  auto ids = reg_pages(c, m.get(), 6);
-  ASSERT_EQ(0, madvise(m.get() + 2 * page_size(), 2 * page_size(), MADV_DONTNEED));
-  EXPECT_EQ(pick(ids, 2, 4), c.drain_ids());
-  EXPECT_GE(c.query().callbacks[MRN_EV_CLEAR], 2u);
-}
-
-TEST_F(Unmap, MadviseFree) {
-  Map m(6 * page_size());
-  m.touch();
-  auto ids = reg_pages(c, m.get(), 6);
-  ASSERT_EQ(0, madvise(m.get() + page_size(), 3 * page_size(), MADV_FREE));
-  EXPECT_EQ(pick(ids, 1, 4), c.drain_ids());
-}
-
-TEST_F(Unmap, MadviseRemoveOnShmem) {
-  Map m(6 * page_size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS);
-  ASSERT_NE(nullptr, m.get());
-  m.touch();
-  auto ids = reg_pages(c, m.get(), 6);
-  ASSERT_EQ(0, madvise(m.get() + 4 * page_size(), 2 * page_size(), MADV_REMOVE));
-  EXPECT_EQ(pick(ids, 4, 6), c.drain_ids());
 }
 
 TEST_F(Unmap, BrkShrink) {
@@ -233,34 +239,16 @@ TEST_F(Unmap, ShmatRemapOverLiveRange) {
   shmdt(p);
 }
 
-TEST_F(Unmap, MapFixedOverLiveRange) {
-  const size_t ps = page_size();
-  Map m(8 * ps);
-  m.touch();
-  auto ids = reg_pages(c, m.get(), 8);
-  void *p = mmap(m.get() + 2 * ps, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  ASSERT_EQ(static_cast<void *>(m.get() + 2 * ps), p);
-  EXPECT_EQ(pick(ids, 2, 4), c.drain_ids());
-}
-
 TEST_F(Unmap, FtruncateOfSharedFileMapping) {
   const size_t ps = page_size();
-  char path[] = "/tmp/mrn-trunc-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  unlink(path);
-  ASSERT_EQ(0, ftruncate(fd, static_cast<off_t>(6 * ps)));
-  char *p = static_cast<char *>(mmap(nullptr, 6 * ps, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(MAP_FAILED, static_cast<void *>(p));
-  for (size_t o = 0; o < 6 * ps; o += ps) p[o] = 1;
-  auto ids = reg_pages(c, p, 6);
-  ASSERT_EQ(0, ftruncate(fd, static_cast<off_t>(4 * ps)));
+  mrn::FileMap f(6 * ps, MAP_SHARED);
+  ASSERT_NE(nullptr, f.get());
+  auto ids = reg_pages(c, f.get(), 6);
+  ASSERT_EQ(0, ftruncate(f.fd(), static_cast<off_t>(4 * ps)));
   EXPECT_EQ(pick(ids, 4, 6), c.drain_ids());
   // Hole punching is the same kind of change.
-  ASSERT_EQ(0, fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(ps)));
+  ASSERT_EQ(0, fallocate(f.fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(ps)));
   EXPECT_EQ(pick(ids, 0, 1), c.drain_ids());
-  munmap(p, 6 * ps);
-  close(fd);
 }
 
 TEST_F(Unmap, CopyOnWriteBreakInParent) {
@@ -293,21 +281,11 @@ TEST_F(Unmap, CopyOnWriteBreakInParent) {
 
 TEST_F(Unmap, CopyOnWriteOfPrivateFileMapping) {
   const size_t ps = page_size();
-  char path[] = "/tmp/mrn-cow-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  unlink(path);
-  ASSERT_EQ(0, ftruncate(fd, static_cast<off_t>(2 * ps)));
-  char *p = static_cast<char *>(mmap(nullptr, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0));
-  ASSERT_NE(MAP_FAILED, static_cast<void *>(p));
-  volatile char sink = p[0];
-  sink = p[ps];
-  (void)sink;
-  auto ids = reg_pages(c, p, 2);
-  p[ps] = 5;  // page cache page -> private anonymous copy
+  mrn::FileMap f(2 * ps, MAP_PRIVATE);
+  ASSERT_NE(nullptr, f.get());
+  auto ids = reg_pages(c, f.get(), 2);
+  f.get()[ps] = 5;  // page cache page -> private anonymous copy
   EXPECT_EQ(pick(ids, 1, 2), c.drain_ids());
-  munmap(p, 2 * ps);
-  close(fd);
 }
 
 // --- no false invalidations -------------------------------------------------
