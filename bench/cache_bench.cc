@@ -57,7 +57,10 @@ int dummy_reg(void *, void *, void *, size_t, uint32_t, void *payload)
 	*static_cast<uint64_t *>(payload) = 1;
 	return 0;
 }
-int dummy_dereg(void *, void *) { return 0; }
+int dummy_dereg(void *, void *)
+{
+	return 0;
+}
 
 CacheOptions dummy_options()
 {
@@ -99,7 +102,8 @@ struct Arena {
 	char *base;
 };
 
-template <typename C> void populate(C &c, const Arena &a, size_t n)
+template <typename C>
+void populate(C &c, const Arena &a, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		auto *h = c.get(a.buf(i), kBuf);
@@ -135,7 +139,10 @@ struct Floor {
 			slots[h] = &items[i];
 		}
 	}
-	size_t home(uintptr_t a) const { return size_t((a >> 12) * UINT64_C(0x9E3779B97F4A7C15) >> 20) & mask; }
+	size_t home(uintptr_t a) const
+	{
+		return size_t((a >> 12) * UINT64_C(0x9E3779B97F4A7C15) >> 20) & mask;
+	}
 	Item *get(void *p, size_t len)
 	{
 		const uintptr_t s = reinterpret_cast<uintptr_t>(p);
@@ -173,7 +180,8 @@ double time_hits(C &c, const Arena &a, const std::vector<uint32_t> &order, size_
 			}
 			done += order.size();
 		}
-		const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+		const double ns =
+			std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 		best = std::min(best, ns / double(done));
 	}
 	return best;
@@ -227,7 +235,8 @@ double miss_overhead(size_t n)
 		Ours o;
 		const auto t0 = Clock::now();
 		populate(o, a, n);
-		const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+		const double ns =
+			std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 		best = std::min(best, ns / double(n));
 	}
 	uint64_t payload = 0;
@@ -258,8 +267,9 @@ void miss_at_limit(size_t n, size_t misses)
 		const auto t0 = Clock::now();
 		for (size_t i = 0; i < misses; i++)
 			o.put(o.get(a.buf(n + i), kBuf));
-		const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
-				  double(misses);
+		const double ns =
+			std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+			double(misses);
 		for (Entry *e : held)
 			o.put(e);
 		(full ? at_limit : with_room) = ns;
@@ -289,9 +299,10 @@ void sliding_window(int reps)
 			const auto t0 = Clock::now();
 			for (int i = 0; i < 200000; i++)
 				o.put(o.get(p, window));
-			best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0)
-							      .count() /
-							      200000);
+			best = std::min(best,
+					std::chrono::duration<double, std::nano>(Clock::now() - t0)
+							.count() /
+						200000);
 		}
 		return best;
 	};
@@ -300,7 +311,8 @@ void sliding_window(int reps)
 	std::printf("sliding 1 MiB window over 16 MiB: pinned %.2fx the memory touched "
 		    "(target <= 2), %" PRIu64 " entries; hit on the newest window %.1f ns, "
 		    "on a fixed buffer %.1f ns, ratio %.2fx\n",
-		    double(st.pinned_bytes) / double(span), st.entries, newest, other, newest / other);
+		    double(st.pinned_bytes) / double(span), st.entries, newest, other,
+		    newest / other);
 }
 
 // The reader lock alone: an empty read section (around one load) of ours
@@ -317,9 +329,10 @@ void read_sections(size_t n)
 			const auto t0 = Clock::now();
 			for (size_t i = 0; i < n; i++)
 				body();
-			best = std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - t0)
-							      .count() /
-							      double(n));
+			best = std::min(best,
+					std::chrono::duration<double, std::nano>(Clock::now() - t0)
+							.count() /
+						double(n));
 		}
 		return best;
 	};
@@ -369,8 +382,8 @@ int main(int argc, char **argv)
 	try {
 		Ucs probe;
 		std::printf("baseline: %s\n", probe.rc.description().c_str());
-		std::printf("%-10s %-10s %12s %14s %8s %9s %10s\n", "entries", "order", "mrnotify ns",
-			    "ucs_rcache ns", "speedup", "floor ns", "vs floor");
+		std::printf("%-10s %-10s %12s %14s %8s %9s %10s\n", "entries", "order",
+			    "mrnotify ns", "ucs_rcache ns", "speedup", "floor ns", "vs floor");
 		double lowest = 1e30;
 		for (size_t n : {size_t(100), size_t(10000), size_t(1000000)}) {
 			Arena a(n);
@@ -384,14 +397,15 @@ int main(int argc, char **argv)
 			std::vector<uint32_t> rnd = seq;
 			std::shuffle(rnd.begin(), rnd.end(), std::mt19937(7));
 			for (const auto &[name, order] :
-			     {std::pair<const char *, const std::vector<uint32_t> &>{"sequential", seq},
+			     {std::pair<const char *, const std::vector<uint32_t> &>{"sequential",
+										     seq},
 			      {"random", rnd}}) {
 				const double o = time_hits(ours, a, order, hits, reps);
 				const double u = time_hits(ucs, a, order, hits, reps);
 				const double f = time_hits(floor, a, order, hits, reps);
 				lowest = std::min(lowest, u / o);
-				std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9.1f %9.2fx\n", n, name, o,
-					    u, u / o, f, o / f);
+				std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9.1f %9.2fx\n", n,
+					    name, o, u, u / o, f, o / f);
 			}
 			if (n == 1000000)
 				std::printf("memory per cached entry beyond the payload: %zu bytes "
@@ -409,7 +423,8 @@ int main(int argc, char **argv)
 			const double o2 = throughput(ours, a, n, 2, per);
 			const double u1 = throughput(ucs, a, n, 1, per);
 			const double u2 = throughput(ucs, a, n, 2, per);
-			std::printf("hit throughput, 1e4 entries, random: mrnotify %.1f Mhit/s (1 thread) "
+			std::printf("hit throughput, 1e4 entries, random: mrnotify %.1f Mhit/s (1 "
+				    "thread) "
 				    "%.1f Mhit/s (2 threads), scaling %.2fx (target >= 1.7x); "
 				    "ucs_rcache %.1f / %.1f, scaling %.2fx\n",
 				    o1 / 1e6, o2 / 1e6, o2 / o1, u1 / 1e6, u2 / 1e6, u2 / u1);

@@ -64,8 +64,8 @@ double fork_ms(int reps)
 		int status = 0;
 		if (pid < 0 || waitpid(pid, &status, 0) != pid)
 			throw std::runtime_error("fork failed");
-		best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0)
-					      .count());
+		best = std::min(
+			best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 	}
 	return best;
 }
@@ -100,8 +100,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const int reps = quick ? 3 : 10;
-	char *mem = static_cast<char *>(mmap(nullptr, kGiB, PROT_READ | PROT_WRITE,
-					     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	char *mem = static_cast<char *>(
+		mmap(nullptr, kGiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
 	if (mem == MAP_FAILED) {
 		std::perror("fork_bench: mmap of 1 GiB");
 		return 1;
@@ -115,13 +115,15 @@ int main(int argc, char **argv)
 			    "auto = %s here:\n",
 			    reps,
 			    mrn::resolve_fork_policy(MRN_FORK_AUTO) == MRN_FORK_NONE ? "none"
-										: "dontfork");
+										     : "dontfork");
 		std::printf("  nothing registered     %8.2f ms\n", base);
 		std::printf("  registered, none       %8.2f ms  %6.2fx\n", none, none / base);
-		std::printf("  registered, dontfork   %8.2f ms  %6.2fx\n", dontfork, dontfork / base);
+		std::printf("  registered, dontfork   %8.2f ms  %6.2fx\n", dontfork,
+			    dontfork / base);
 	} catch (const std::exception &ex) {
-		std::fprintf(stderr, "fork_bench: %s (io_uring fixed buffers pin the memory: "
-				     "is io_uring enabled, and RLIMIT_MEMLOCK high enough?)\n",
+		std::fprintf(stderr,
+			     "fork_bench: %s (io_uring fixed buffers pin the memory: "
+			     "is io_uring enabled, and RLIMIT_MEMLOCK high enough?)\n",
 			     ex.what());
 		munmap(mem, kGiB);
 		return 77;

@@ -54,7 +54,10 @@ UcsRcache::UcsRcache()
 		throw std::runtime_error("ucs_rcache_create failed");
 }
 
-UcsRcache::~UcsRcache() { ucs_rcache_destroy(rcache_); }
+UcsRcache::~UcsRcache()
+{
+	ucs_rcache_destroy(rcache_);
+}
 
 ucs_rcache_region *UcsRcache::get(void *addr, size_t len)
 {
@@ -64,6 +67,9 @@ ucs_rcache_region *UcsRcache::get(void *addr, size_t len)
 	return r;
 }
 
-void UcsRcache::put(ucs_rcache_region *r) { ucs_rcache_region_put(rcache_, r); }
+void UcsRcache::put(ucs_rcache_region *r)
+{
+	ucs_rcache_region_put(rcache_, r);
+}
 
 } // namespace mrn::bench

@@ -33,17 +33,18 @@
 #define MRN_RCACHE_NAME mrnotify
 #endif
 
-#define MRN_STR_(x) #x
-#define MRN_STR(x) MRN_STR_(x)
+#define MRN_STR_(x)         #x
+#define MRN_STR(x)          MRN_STR_(x)
 #define MRN_PASTE_(a, b, c) a##b##c
-#define MRN_PASTE(a, b, c) MRN_PASTE_(a, b, c)
+#define MRN_PASTE(a, b, c)  MRN_PASTE_(a, b, c)
 
 /* The loader finds the component by this symbol: mca_rcache_<name>_component. */
 #define mca_rcache_mrnotify_component MRN_PASTE(mca_rcache_, MRN_RCACHE_NAME, _component)
-#define MRN_RCACHE_NAME_STR MRN_STR(MRN_RCACHE_NAME)
-#define MRN_IS_SHADOW (sizeof(MRN_RCACHE_NAME_STR) == sizeof("grdma"))
+#define MRN_RCACHE_NAME_STR           MRN_STR(MRN_RCACHE_NAME)
+#define MRN_IS_SHADOW                 (sizeof(MRN_RCACHE_NAME_STR) == sizeof("grdma"))
 /* How messages name this component: "rcache mrnotify" or "rcache grdma (mrnotify)". */
-#define MRN_LOG_PREFIX (MRN_IS_SHADOW ? "rcache " MRN_RCACHE_NAME_STR " (mrnotify)" : "rcache mrnotify")
+#define MRN_LOG_PREFIX                                                                             \
+	(MRN_IS_SHADOW ? "rcache " MRN_RCACHE_NAME_STR " (mrnotify)" : "rcache mrnotify")
 
 /* The help file (help-rcache-mrnotify.txt) of opal_show_help(). */
 #define MRN_HELP_FILE "help-rcache-mrnotify.txt"
@@ -67,8 +68,8 @@ typedef struct mrn_rcache_component {
 	mca_rcache_base_component_t super;
 
 	/* MCA parameter storage (owned by the MCA variable system). */
-	int monitor;			/* mrn_monitor_t */
-	int fork_policy;		/* MRN_RCACHE_FORK_* */
+	int monitor;     /* mrn_monitor_t */
+	int fork_policy; /* MRN_RCACHE_FORK_* */
 	unsigned long long max_pinned;
 	unsigned long long max_entries;
 	bool print_stats;
@@ -103,13 +104,13 @@ struct mrn_hook_slot {
 };
 
 struct mrn_hook_ring {
-	uint64_t head;			/* next ticket of producers */
+	uint64_t head; /* next ticket of producers */
 	char pad0[56];
-	uint64_t tail;			/* next ticket of the consumer */
+	uint64_t tail; /* next ticket of the consumer */
 	char pad1[56];
 	/* Ranges that found the queue full, merged: see MRN_LOST_*. 0: none. */
 	uint64_t lost;
-	uint64_t queued;		/* statistics */
+	uint64_t queued; /* statistics */
 	uint64_t overflows;
 	struct mrn_hook_slot slots[MRN_HOOK_RING_SIZE];
 };
@@ -120,30 +121,30 @@ struct mrn_hook_ring {
  */
 typedef struct mrn_shared_cache {
 	struct mrn_shared_cache *next;
-	char *name;			/* copied: callers free theirs after init */
-	int refs;			/* modules using it (list lock) */
+	char *name; /* copied: callers free theirs after init */
+	int refs;   /* modules using it (list lock) */
 	void *reg_data;
 	size_t sizeof_reg;
 	int (*register_mem)(void *reg_data, void *base, size_t size,
 			    mca_rcache_base_registration_t *reg);
 	int (*deregister_mem)(void *reg_data, mca_rcache_base_registration_t *reg);
 	mrn_cache_t *cache;
-	mrn_monitor_t monitor;		/* what the library uses */
-	bool keep_idle;			/* leave_pinned as decided at creation */
-	bool hooks;			/* fed by Open MPI's memory hooks */
-	bool print_stats;		/* at destruction */
-	struct mrn_hook_ring *ring;	/* when hooks */
+	mrn_monitor_t monitor;      /* what the library uses */
+	bool keep_idle;             /* leave_pinned as decided at creation */
+	bool hooks;                 /* fed by Open MPI's memory hooks */
+	bool print_stats;           /* at destruction */
+	struct mrn_hook_ring *ring; /* when hooks */
 	/* Every address the cache ever registered is in [span_lo, span_hi). */
 	uintptr_t span_lo;
 	uintptr_t span_hi;
-	uint64_t uncached_live;		/* atomics */
+	uint64_t uncached_live; /* atomics */
 	uint64_t uncached_total;
 	uint64_t hook_invalidations;
 } mrn_shared_cache_t;
 
 typedef struct mrn_rcache_module {
 	mca_rcache_base_module_t super;
-	mca_rcache_base_resources_t resources;	/* cache_name points to name */
+	mca_rcache_base_resources_t resources; /* cache_name points to name */
 	char *name;
 	mrn_shared_cache_t *shared;
 } mrn_rcache_module_t;

@@ -5,7 +5,7 @@
  * configuration can reach it, and creates modules (init). The caches and
  * the module functions are in rcache_mrnotify_module.c.
  */
-#define _GNU_SOURCE	/* dladdr */
+#define _GNU_SOURCE /* dladdr */
 #include "rcache_mrnotify.h"
 
 #include "opal/class/opal_list.h"
@@ -24,8 +24,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MRN_COMPONENT_MAJOR 0
-#define MRN_COMPONENT_MINOR 1
+#define MRN_COMPONENT_MAJOR   0
+#define MRN_COMPONENT_MINOR   1
 #define MRN_COMPONENT_RELEASE 0
 
 #ifndef MRN_SHADOW_DIR
@@ -61,21 +61,22 @@ static int mrn_component_close(void);
 static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t *resources);
 
 mrn_rcache_component_t mca_rcache_mrnotify_component = {
-	.super = {
-		.rcache_version = {
-			MCA_RCACHE_BASE_VERSION_3_0_0,
-			.mca_component_name = MRN_RCACHE_NAME_STR,
-			MCA_BASE_MAKE_VERSION(component, MRN_COMPONENT_MAJOR, MRN_COMPONENT_MINOR,
-					      MRN_COMPONENT_RELEASE),
-			.mca_open_component = mrn_component_open,
-			.mca_close_component = mrn_component_close,
-			.mca_register_component_params = mrn_component_register,
+	.super =
+		{
+			.rcache_version =
+				{
+					MCA_RCACHE_BASE_VERSION_3_0_0,
+					.mca_component_name = MRN_RCACHE_NAME_STR,
+					MCA_BASE_MAKE_VERSION(component, MRN_COMPONENT_MAJOR,
+							      MRN_COMPONENT_MINOR,
+							      MRN_COMPONENT_RELEASE),
+					.mca_open_component = mrn_component_open,
+					.mca_close_component = mrn_component_close,
+					.mca_register_component_params = mrn_component_register,
+				},
+			.rcache_data = {MCA_BASE_METADATA_PARAM_CHECKPOINT},
+			.rcache_init = mrn_component_init,
 		},
-		.rcache_data = {
-			MCA_BASE_METADATA_PARAM_CHECKPOINT
-		},
-		.rcache_init = mrn_component_init,
-	},
 	.var_monitor = -1,
 	.var_max_pinned = -1,
 	.var_max_entries = -1,
@@ -126,8 +127,8 @@ static void add_help_dirs(void)
 	opal_show_help_add_dir(MRN_HELP_DIR);
 }
 
-static int register_enum(const char *name, const char *help, const mca_base_var_enum_value_t *values,
-			 int *storage, int def)
+static int register_enum(const char *name, const char *help,
+			 const mca_base_var_enum_value_t *values, int *storage, int def)
 {
 	mca_base_var_enum_t *new_enum = NULL;
 	char enum_name[64];
@@ -139,7 +140,8 @@ static int register_enum(const char *name, const char *help, const mca_base_var_
 	*storage = def;
 	var = mca_base_component_var_register(&mca_rcache_mrnotify_component.super.rcache_version,
 					      name, help, MCA_BASE_VAR_TYPE_INT, new_enum, 0, 0,
-					      OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, storage);
+					      OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+					      storage);
 	OBJ_RELEASE(new_enum);
 	return var;
 }
@@ -148,8 +150,9 @@ static int register_size(const char *name, const char *help, unsigned long long 
 {
 	*storage = 0;
 	return mca_base_component_var_register(&mca_rcache_mrnotify_component.super.rcache_version,
-					       name, help, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL, 0,
-					       0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, storage);
+					       name, help, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG,
+					       NULL, 0, 0, OPAL_INFO_LVL_5,
+					       MCA_BASE_VAR_SCOPE_READONLY, storage);
 }
 
 static void bad_value(const char *name, const char *value, const char *expected);
@@ -177,10 +180,11 @@ static void check_raw(const char *name, int var, bool number, const char *expect
 		bad_value(name, raw, expected);
 	} else if (number) {
 		/* A count or size: the whole text, as libmrnotify reads it. */
-		const unsigned long long *storage = !strcmp(name, "max_pinned") ?
-			&mca_rcache_mrnotify_component.max_pinned : &mca_rcache_mrnotify_component.max_entries;
-		bool ok = raw[0] >= '0' && raw[0] <= '9' && mrn_size_from_string(raw, &parsed) == 0 &&
-			  parsed == *storage;
+		const unsigned long long *storage =
+			!strcmp(name, "max_pinned") ? &mca_rcache_mrnotify_component.max_pinned
+						    : &mca_rcache_mrnotify_component.max_entries;
+		bool ok = raw[0] >= '0' && raw[0] <= '9' &&
+			  mrn_size_from_string(raw, &parsed) == 0 && parsed == *storage;
 
 		if (ok && !strcmp(name, "max_entries"))
 			ok = strspn(raw, "0123456789") == strlen(raw);
@@ -212,8 +216,8 @@ static void config_error(const char *fmt, ...)
 
 static void bad_value(const char *name, const char *value, const char *expected)
 {
-	opal_show_help(MRN_HELP_FILE, "bad-value", true, MRN_LOG_PREFIX, value,
-		       MRN_RCACHE_NAME_STR, name, expected);
+	opal_show_help(MRN_HELP_FILE, "bad-value", true, MRN_LOG_PREFIX, value, MRN_RCACHE_NAME_STR,
+		       name, expected);
 	config_error("bad value \"%s\" for MCA parameter rcache_%s_%s: expected %s", value,
 		     MRN_RCACHE_NAME_STR, name, expected);
 }
@@ -234,7 +238,8 @@ static void check_params(void)
 	/* From a file: at least no "negative" size. */
 	if (!c->config_error && c->max_pinned > (unsigned long long)INT64_MAX) {
 		snprintf(value, sizeof(value), "%llu", c->max_pinned);
-		bad_value("max_pinned", value, "a byte count with an optional K, M or G suffix (0: no limit)");
+		bad_value("max_pinned", value,
+			  "a byte count with an optional K, M or G suffix (0: no limit)");
 	}
 	if (!c->config_error && c->max_entries > (unsigned long long)INT64_MAX) {
 		snprintf(value, sizeof(value), "%llu", c->max_entries);
@@ -247,14 +252,17 @@ static void check_params(void)
 	if (mrn_param_set(c->var_fork)) {
 		/* The enum admits only its values; guard the index all the same. */
 		const int i = c->fork_policy >= MRN_RCACHE_FORK_AUTO &&
-				      c->fork_policy <= MRN_RCACHE_FORK_NONE ? c->fork_policy : 0;
+					      c->fork_policy <= MRN_RCACHE_FORK_NONE
+				      ? c->fork_policy
+				      : 0;
 		const char *name = mrn_fork_values[i].string;
 
 		if (mrn_fork_policy_from_string(name, &c->fork_kind) < 0) {
-			opal_show_help(MRN_HELP_FILE, "fork-unsupported", true, MRN_LOG_PREFIX, name,
-				       MRN_RCACHE_NAME_STR);
+			opal_show_help(MRN_HELP_FILE, "fork-unsupported", true, MRN_LOG_PREFIX,
+				       name, MRN_RCACHE_NAME_STR);
 			config_error("the libmrnotify in use does not know the fork policy \"%s\" "
-				     "(rcache_%s_fork)", name, MRN_RCACHE_NAME_STR);
+				     "(rcache_%s_fork)",
+				     name, MRN_RCACHE_NAME_STR);
 		}
 	}
 	if (c->verbose < 0 || c->verbose > 3) {
@@ -270,39 +278,54 @@ static int mrn_component_register(void)
 	mca_base_component_t *v = &c->super.rcache_version;
 
 	add_help_dirs();
-	c->var_monitor = register_enum("monitor",
+	c->var_monitor = register_enum(
+		"monitor",
 		"How the cache learns that registered memory was unmapped or remapped: "
 		"auto (kernel, else uffd, else none), "
-		"kernel (mrnotify.ko's /dev/mrnotify: a cache hit costs one load and compare; no memory hooks needed), "
+		"kernel (mrnotify.ko's /dev/mrnotify: a cache hit costs one load and compare; no "
+		"memory hooks needed), "
 		"uffd (userfaultfd unmap events, stock kernels; no memory hooks needed), "
-		"none (Open MPI's memory hooks report unmaps, as for grdma; idle registrations are kept only while those hooks are active). "
-		"Unmaps that bypass libc (raw system calls, other runtimes) are seen by kernel and uffd only. "
+		"none (Open MPI's memory hooks report unmaps, as for grdma; idle registrations are "
+		"kept only while those hooks are active). "
+		"Unmaps that bypass libc (raw system calls, other runtimes) are seen by kernel and "
+		"uffd only. "
 		"Left at its default, the MRNOTIFY_MONITOR environment variable applies",
 		mrn_monitor_values, &c->monitor, MRN_MONITOR_AUTO);
-	c->var_max_pinned = register_size("max_pinned",
-		"Most bytes the cache keeps registered, in use or idle; idle registrations are evicted (least recently used first) "
+	c->var_max_pinned = register_size(
+		"max_pinned",
+		"Most bytes the cache keeps registered, in use or idle; idle registrations are "
+		"evicted (least recently used first) "
 		"to stay under it. Optional K, M or G suffix; 0 means no limit. "
 		"Left at its default, MRNOTIFY_MAX_PINNED applies",
 		&c->max_pinned);
-	c->var_max_entries = register_size("max_entries",
-		"Most registrations the cache holds; idle ones are evicted (least recently used first) to stay under it. "
+	c->var_max_entries = register_size(
+		"max_entries",
+		"Most registrations the cache holds; idle ones are evicted (least recently used "
+		"first) to stay under it. "
 		"0 means no limit. Left at its default, MRNOTIFY_MAX_ENTRIES applies",
 		&c->max_entries);
 	c->var_fork = register_enum("fork",
-		"What registered pages do across fork(): auto (libmrnotify's default: madvise(MADV_DONTFORK) only where the "
-		"kernel does not keep pinned pages with the parent), dontfork (always MADV_DONTFORK: a child does not inherit "
-		"them, so the parent's registrations stay valid) or none (leave it to the kernel and the transport, e.g. "
-		"ibv_fork_init). Left at its default, MRNOTIFY_FORK applies",
-		mrn_fork_values, &c->fork_policy, MRN_RCACHE_FORK_AUTO);
+				    "What registered pages do across fork(): auto (libmrnotify's "
+				    "default: madvise(MADV_DONTFORK) only where the "
+				    "kernel does not keep pinned pages with the parent), dontfork "
+				    "(always MADV_DONTFORK: a child does not inherit "
+				    "them, so the parent's registrations stay valid) or none "
+				    "(leave it to the kernel and the transport, e.g. "
+				    "ibv_fork_init). Left at its default, MRNOTIFY_FORK applies",
+				    mrn_fork_values, &c->fork_policy, MRN_RCACHE_FORK_AUTO);
 	c->print_stats = false;
-	c->var_print_stats = mca_base_component_var_register(v, "print_stats",
-		"Print registration cache statistics (hits, misses, evictions, invalidations) when each cache is destroyed, "
+	c->var_print_stats = mca_base_component_var_register(
+		v, "print_stats",
+		"Print registration cache statistics (hits, misses, evictions, invalidations) when "
+		"each cache is destroyed, "
 		"normally at MPI_Finalize. Left at its default, MRNOTIFY_STATS applies",
 		MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
 		&c->print_stats);
 	c->verbose = 0;
-	(void)mca_base_component_var_register(v, "verbose",
-		"Verbosity: 0 errors only, 1 the monitor and leave-pinned decision of each cache, 2 cache creation and teardown, "
+	(void)mca_base_component_var_register(
+		v, "verbose",
+		"Verbosity: 0 errors only, 1 the monitor and leave-pinned decision of each cache, "
+		"2 cache creation and teardown, "
 		"3 libmrnotify's debug messages",
 		MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
 		&c->verbose);
@@ -319,8 +342,9 @@ static int mrn_component_register(void)
  */
 static bool check_open_mpi(void)
 {
-	const mca_base_component_t *pal =
-		opal_dl_base_selected_component ? &opal_dl_base_selected_component->base_version : NULL;
+	const mca_base_component_t *pal = opal_dl_base_selected_component
+						  ? &opal_dl_base_selected_component->base_version
+						  : NULL;
 	char built[128], running[128];
 
 	snprintf(built, sizeof(built), "%d.%d.%d", MRN_BUILT_OPAL_MAJOR, MRN_BUILT_OPAL_MINOR,
@@ -329,8 +353,8 @@ static bool check_open_mpi(void)
 		snprintf(running, sizeof(running), "%d.%d.%d", pal->mca_project_major_version,
 			 pal->mca_project_minor_version, pal->mca_project_release_version);
 		if (strcmp(built, running)) {
-			opal_show_help(MRN_HELP_FILE, "version-mismatch", true, MRN_LOG_PREFIX, built,
-				       running);
+			opal_show_help(MRN_HELP_FILE, "version-mismatch", true, MRN_LOG_PREFIX,
+				       built, running);
 			return false;
 		}
 	}
@@ -338,7 +362,8 @@ static bool check_open_mpi(void)
 	    mca_rcache_base_registration_t_class.cls_sizeof != MRN_BUILT_SIZEOF_REGISTRATION) {
 		opal_show_help(MRN_HELP_FILE, "layout-mismatch", true, MRN_LOG_PREFIX, built,
 			       OPAL_ENABLE_DEBUG, OPAL_CUDA_SUPPORT, OPAL_CUDA_GDR_SUPPORT,
-			       (size_t)MRN_BUILT_SIZEOF_LIST_ITEM, opal_list_item_t_class.cls_sizeof,
+			       (size_t)MRN_BUILT_SIZEOF_LIST_ITEM,
+			       opal_list_item_t_class.cls_sizeof,
 			       (size_t)MRN_BUILT_SIZEOF_REGISTRATION,
 			       mca_rcache_base_registration_t_class.cls_sizeof);
 		return false;
@@ -383,8 +408,8 @@ static void check_component_path(void)
 			dir = user;
 		}
 		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			opal_show_help(MRN_HELP_FILE, "missing-dir", true, MRN_LOG_PREFIX, dir, *value,
-				       MRN_SHADOW_DIR);
+			opal_show_help(MRN_HELP_FILE, "missing-dir", true, MRN_LOG_PREFIX, dir,
+				       *value, MRN_SHADOW_DIR);
 			break;
 		}
 	}
@@ -413,8 +438,9 @@ static mca_rcache_base_component_t *stock_grdma(void)
 {
 	mca_base_component_list_item_t *cli;
 
-	OPAL_LIST_FOREACH (cli, &opal_rcache_base_framework.framework_components,
-			   mca_base_component_list_item_t) {
+	OPAL_LIST_FOREACH(cli, &opal_rcache_base_framework.framework_components,
+			  mca_base_component_list_item_t)
+	{
 		/* Our grdma-named build registers a monitor; Open MPI's does not. */
 		if (!strcmp(cli->cli_component->mca_component_name, "grdma") &&
 		    mca_base_var_find("opal", "rcache", "grdma", "monitor") < 0)
@@ -443,8 +469,8 @@ static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources
 	if (!warned) {
 		warned = true;
 		opal_show_help(MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
-			       res && res->cache_name ? res->cache_name : "(unnamed)", stock_grdma_param,
-			       MRN_SHADOW_DIR);
+			       res && res->cache_name ? res->cache_name : "(unnamed)",
+			       stock_grdma_param, MRN_SHADOW_DIR);
 	}
 	return stock_grdma_init(res);
 }

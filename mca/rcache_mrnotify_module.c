@@ -91,7 +91,7 @@ static void reg_init(mca_rcache_base_registration_t *reg, size_t sizeof_reg,
 	OBJ_CONSTRUCT(reg, mca_rcache_base_registration_t);
 	reg->rcache = rcache;
 	reg->base = addr;
-	reg->bound = (unsigned char *)addr + len - 1;	/* inclusive */
+	reg->bound = (unsigned char *)addr + len - 1; /* inclusive */
 	reg->flags = flags;
 	reg->access_flags = access;
 	reg->ref_count = 1;
@@ -103,11 +103,11 @@ static void span_extend(mrn_shared_cache_t *s, uintptr_t lo, uintptr_t hi)
 	uintptr_t cur = __atomic_load_n(&s->span_lo, __ATOMIC_RELAXED);
 
 	while (lo < cur && !__atomic_compare_exchange_n(&s->span_lo, &cur, lo, true,
-							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+							__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 		;
 	cur = __atomic_load_n(&s->span_hi, __ATOMIC_RELAXED);
 	while (hi > cur && !__atomic_compare_exchange_n(&s->span_hi, &cur, hi, true,
-							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+							__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 		;
 }
 
@@ -159,14 +159,15 @@ static void hook_ring_init(struct mrn_hook_ring *r)
  * is "everything above". 0 means nothing was lost.
  */
 #define MRN_LOST_SHIFT 21
-#define MRN_LOST_BITS 28
-#define MRN_LOST_MAX ((UINT64_C(1) << MRN_LOST_BITS) - 1)
+#define MRN_LOST_BITS  28
+#define MRN_LOST_MAX   ((UINT64_C(1) << MRN_LOST_BITS) - 1)
 
 static void lost_merge(struct mrn_hook_ring *r, uintptr_t start, size_t len)
 {
 	const uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
 	uint64_t lo = start >> MRN_LOST_SHIFT;
-	uint64_t hi = (end >> MRN_LOST_SHIFT) + ((end & (((uintptr_t)1 << MRN_LOST_SHIFT) - 1)) != 0);
+	uint64_t hi = (end >> MRN_LOST_SHIFT) +
+		      ((end & (((uintptr_t)1 << MRN_LOST_SHIFT) - 1)) != 0);
 	uint64_t old = __atomic_load_n(&r->lost, __ATOMIC_RELAXED), merged;
 
 	lo = lo > MRN_LOST_MAX ? MRN_LOST_MAX - 1 : lo;
@@ -270,7 +271,9 @@ static void hook_ring_drain(mrn_shared_cache_t *s)
 	if (lost_take(r, &start, &len)) {
 		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
 
-		mrn_log(2, "cache %s: memory hook queue overflowed; invalidated [%#lx, %#lx): %ld registrations",
+		mrn_log(2,
+			"cache %s: memory hook queue overflowed; invalidated [%#lx, %#lx): %ld "
+			"registrations",
 			s->name, (unsigned long)start, (unsigned long)(start + len), n);
 		if (n > 0)
 			__atomic_fetch_add(&s->hook_invalidations, (uint64_t)n, __ATOMIC_RELAXED);
@@ -364,10 +367,10 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 	if (OPAL_UNLIKELY(flags & MCA_RCACHE_FLAGS_CUDA_GPU_MEM))
 		return OPAL_ERR_NOT_SUPPORTED;
 	if (OPAL_UNLIKELY(size == 0))
-		size = 1;	/* a registration covers at least its page */
+		size = 1; /* a registration covers at least its page */
 	sync_hooks(s);
-	if (flags & (MCA_RCACHE_FLAGS_CACHE_BYPASS | MCA_RCACHE_FLAGS_PERSIST |
-		     MCA_RCACHE_FLAGS_INVALID))
+	if (flags &
+	    (MCA_RCACHE_FLAGS_CACHE_BYPASS | MCA_RCACHE_FLAGS_PERSIST | MCA_RCACHE_FLAGS_INVALID))
 		return register_uncached(m, addr, size, flags, access_flags, reg);
 
 	rc = mrn_get(s->cache, addr, size, (uint32_t)access_flags, &call, &e);
@@ -478,7 +481,8 @@ static bool hooks_active(void)
 static const char *mode_name(const mrn_shared_cache_t *s)
 {
 	/* The library's names, but say how a monitor-less cache is fed. */
-	return s->monitor == MRN_MONITOR_EXTERNAL ? "none+hooks" : mrn_monitor_to_string(s->monitor);
+	return s->monitor == MRN_MONITOR_EXTERNAL ? "none+hooks"
+						  : mrn_monitor_to_string(s->monitor);
 }
 
 /*
@@ -525,7 +529,8 @@ static int cache_create(mrn_shared_cache_t *s, struct mrn_config *cfg)
 
 	if (rc < 0) {
 		snprintf(why, sizeof(why), "%s (monitor %s)",
-			 rc == -ENODEV ? "the requested monitor is not available (see above)" : strerror(-rc),
+			 rc == -ENODEV ? "the requested monitor is not available (see above)"
+				       : strerror(-rc),
 			 mrn_monitor_to_string(cfg->monitor));
 		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX, s->name, why);
 		s->cache = NULL;
@@ -615,20 +620,25 @@ static void print_stats(mrn_shared_cache_t *s)
 
 	if (mrn_cache_stats(s->cache, &st, sizeof(st)) < 0)
 		return;
-	/* The library's statistics, by its own names (MRN_STATS_FIELDS). */
-#define MRN_FORMAT_FIELD(f)                                                                   \
-	if (n < sizeof(fields))                                                               \
-		n += (size_t)snprintf(fields + n, sizeof(fields) - n, " %s=%llu", #f,         \
+		/* The library's statistics, by its own names (MRN_STATS_FIELDS). */
+#define MRN_FORMAT_FIELD(f)                                                                        \
+	if (n < sizeof(fields))                                                                    \
+		n += (size_t)snprintf(fields + n, sizeof(fields) - n, " %s=%llu", #f,              \
 				      (unsigned long long)st.f);
 	MRN_STATS_FIELDS(MRN_FORMAT_FIELD)
 #undef MRN_FORMAT_FIELD
-	opal_output(0, "%s %s: stats cache=%s monitor=%s leave_pinned=%d%s bypassed=%llu "
-		    "hook_ranges=%llu hook_overflows=%llu",
-		    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s),
-		    (int)s->keep_idle, fields,
-		    (unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
-		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED) : 0),
-		    (unsigned long long)(s->ring ? __atomic_load_n(&s->ring->overflows, __ATOMIC_RELAXED) : 0));
+	opal_output(
+		0,
+		"%s %s: stats cache=%s monitor=%s leave_pinned=%d%s bypassed=%llu "
+		"hook_ranges=%llu hook_overflows=%llu",
+		OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s),
+		(int)s->keep_idle, fields,
+		(unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
+		(unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED)
+					     : 0),
+		(unsigned long long)(s->ring ? __atomic_load_n(&s->ring->overflows,
+							       __ATOMIC_RELAXED)
+					     : 0));
 }
 
 static void shared_release(mrn_shared_cache_t *s)
@@ -652,7 +662,9 @@ static void shared_release(mrn_shared_cache_t *s)
 		print_stats(s);
 	live = __atomic_load_n(&s->uncached_live, __ATOMIC_RELAXED);
 	if (live)
-		mrn_log(1, "cache %s: %llu uncached registrations (BYPASS, PERSIST) still registered at finalize",
+		mrn_log(1,
+			"cache %s: %llu uncached registrations (BYPASS, PERSIST) still registered "
+			"at finalize",
 			s->name, (unsigned long long)live);
 	mrn_log(2, "cache %s destroyed", s->name);
 	/* Deregisters every entry left, through the callbacks (still valid). */

@@ -84,8 +84,8 @@
 
 #define MRN_UCX_EXPORT __attribute__((visibility("default")))
 /* Reached from the assembly hit path only: kept, and not exported. */
-#define MRN_UCX_ASM_TARGET __attribute__((visibility("hidden"), used, noinline))
-#define MRN_UCX_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MRN_UCX_ASM_TARGET  __attribute__((visibility("hidden"), used, noinline))
+#define MRN_UCX_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define MRN_UCX_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* Cookie of the watch the self-test makes; region watches use slot numbers. */
@@ -98,7 +98,7 @@
 #define MRN_UCX_IBV_FORK_UNNEEDED 2
 
 typedef struct mrn_ucx_config {
-	int enable;	/* UCS_YES, UCS_NO or UCS_TRY */
+	int enable; /* UCS_YES, UCS_NO or UCS_TRY */
 	int stats;
 } mrn_ucx_config_t;
 
@@ -116,8 +116,7 @@ static ucs_config_field_t mrn_ucx_config_table[] = {
 	 "Print the plugin's statistics (checks, drains, ranges invalidated, regions\n"
 	 "watched) to stderr when the process exits.",
 	 ucs_offsetof(mrn_ucx_config_t, stats), UCS_CONFIG_TYPE_BOOL},
-	{NULL}
-};
+	{NULL}};
 
 UCS_CONFIG_DECLARE_TABLE(mrn_ucx_config_table, "mrnotify (kernel memory events)", "MRNOTIFY_",
 			 mrn_ucx_config_t)
@@ -138,7 +137,7 @@ typedef int (*mrn_ucx_fork_status_fn)(void);
 typedef struct mrn_ucx_rcache {
 	const ucs_rcache_ops_t *ops;
 	void *context;
-	size_t trailer;		/* offset of struct mrn_ucx_region in a region */
+	size_t trailer; /* offset of struct mrn_ucx_region in a region */
 	ucs_rcache_t *rcache;
 	/*
 	 * The cache's own VM_UNMAPPED handler (seen when it registers it):
@@ -152,8 +151,8 @@ typedef struct mrn_ucx_rcache {
 
 /* Appended to every region of a watched rcache (UCX zeroes it). */
 typedef struct mrn_ucx_region {
-	uint32_t slot;		/* 0: not watched */
-	uint32_t epoch;		/* the process generation the slot belongs to */
+	uint32_t slot;  /* 0: not watched */
+	uint32_t epoch; /* the process generation the slot belongs to */
 } mrn_ucx_region_t;
 
 /*
@@ -163,33 +162,33 @@ typedef struct mrn_ucx_region {
  * several caches with the same range share one slot (refs).
  */
 typedef struct mrn_ucx_slot {
-	uint64_t id;		/* kernel watch id; 0 once the kernel dropped it */
-	uintptr_t start;	/* the watched range, for invalidating it */
-	size_t len;		/* without the kernel's help (see mrn_ucx_forget_all) */
-	uint32_t refs;		/* regions using it; 0: free */
-	uint32_t next;		/* free list, or the hash chain while live */
+	uint64_t id;     /* kernel watch id; 0 once the kernel dropped it */
+	uintptr_t start; /* the watched range, for invalidating it */
+	size_t len;      /* without the kernel's help (see mrn_ucx_forget_all) */
+	uint32_t refs;   /* regions using it; 0: free */
+	uint32_t next;   /* free list, or the hash chain while live */
 } mrn_ucx_slot_t;
 
 typedef struct mrn_ucx_stats {
-	uint64_t checks;		/* lookups that compared the generation */
-	uint64_t drains;		/* generation moved: dirty list read */
-	uint64_t ranges;		/* ranges turned into ucm_vm_munmap() */
-	uint64_t watched;		/* regions whose range is watched */
-	uint64_t shared;		/* ... through a watch another region made */
-	uint64_t unwatched;		/* regions deregistered */
-	uint64_t unwatched_dirty;	/* watches removed that had gone invalid, undrained */
-	uint64_t watch_failures;	/* regions kept out of their cache instead */
-	uint64_t rcaches;		/* rcaches created with our callbacks */
+	uint64_t checks;          /* lookups that compared the generation */
+	uint64_t drains;          /* generation moved: dirty list read */
+	uint64_t ranges;          /* ranges turned into ucm_vm_munmap() */
+	uint64_t watched;         /* regions whose range is watched */
+	uint64_t shared;          /* ... through a watch another region made */
+	uint64_t unwatched;       /* regions deregistered */
+	uint64_t unwatched_dirty; /* watches removed that had gone invalid, undrained */
+	uint64_t watch_failures;  /* regions kept out of their cache instead */
+	uint64_t rcaches;         /* rcaches created with our callbacks */
 } mrn_ucx_stats_t;
 
 /* What activation decided. */
 typedef enum mrn_ucx_state {
-	MRN_UCX_STATE_NEW,	/* UCX not used yet: not activated */
-	MRN_UCX_STATE_OFF,	/* UCX_MRNOTIFY_ENABLE=no */
-	MRN_UCX_STATE_INACTIVE,	/* cannot be used (try): UCX runs as configured */
-	MRN_UCX_STATE_REFUSED,	/* cannot be used (yes, or a bad setting): UCP contexts fail */
+	MRN_UCX_STATE_NEW,         /* UCX not used yet: not activated */
+	MRN_UCX_STATE_OFF,         /* UCX_MRNOTIFY_ENABLE=no */
+	MRN_UCX_STATE_INACTIVE,    /* cannot be used (try): UCX runs as configured */
+	MRN_UCX_STATE_REFUSED,     /* cannot be used (yes, or a bad setting): UCP contexts fail */
 	MRN_UCX_STATE_PASSTHROUGH, /* another UCX version: nothing touched */
-	MRN_UCX_STATE_ACTIVE,	/* the kernel is UCX's VM_UNMAPPED source */
+	MRN_UCX_STATE_ACTIVE,      /* the kernel is UCX's VM_UNMAPPED source */
 } mrn_ucx_state_t;
 
 /* Never moves: the hit path compares it when the plugin is inactive. */
@@ -221,22 +220,22 @@ __attribute__((visibility("hidden"))) mrn_ucx_hot_t mrn_ucx_hot = {
 };
 
 static struct {
-	mrn_ucx_state_t state;	/* written once, by mrn_ucx_activate */
+	mrn_ucx_state_t state; /* written once, by mrn_ucx_activate */
 	pthread_once_t once;
-	int child_reopen;	/* forked: open our own context before the next lookup */
+	int child_reopen; /* forked: open our own context before the next lookup */
 	uint32_t epoch;
 	mrn_ucx_config_t config;
 	int config_filled;
-	int table_added;	/* our table is in UCX's list (only on 1.13) */
-	unsigned version[3];	/* the running UCX's, read at load */
-	ucs_status_t refusal;	/* REFUSED: what ucp_init returns */
-	char why[200];		/* not ACTIVE: the reason, for messages */
+	int table_added;      /* our table is in UCX's list (only on 1.13) */
+	unsigned version[3];  /* the running UCX's, read at load */
+	ucs_status_t refusal; /* REFUSED: what ucp_init returns */
+	char why[200];        /* not ACTIVE: the reason, for messages */
 	mrn_watch_t *watch;
-	pthread_mutex_t lock;	/* watch table, slots, rcache list, drains */
-	uint64_t selftest_seen;	/* drains that reported the self-test's watch */
+	pthread_mutex_t lock;   /* watch table, slots, rcache list, drains */
+	uint64_t selftest_seen; /* drains that reported the self-test's watch */
 	mrn_ucx_slot_t *slots;
 	uint32_t nslots, slot_cap, free_slot;
-	uint32_t *hash;		/* live slots by range: slot_cap heads */
+	uint32_t *hash; /* live slots by range: slot_cap heads */
 	mrn_ucx_rcache_t *rcaches;
 	mrn_ucx_stats_t stats;
 	mrn_ucx_create_fn real_create;
@@ -274,7 +273,8 @@ static void *mrn_ucx_resolve(const char *name)
 		 * libraries therefore load with it); without the real function
 		 * there is nothing to pass the call on to.
 		 */
-		fprintf(stderr, "libmrnotify-ucx: %s not found after this library (%s); is UCX loaded?\n",
+		fprintf(stderr,
+			"libmrnotify-ucx: %s not found after this library (%s); is UCX loaded?\n",
 			name, dlerror());
 		abort();
 	}
@@ -285,7 +285,8 @@ static void *mrn_ucx_resolve(const char *name)
 
 static size_t mrn_ucx_hash_of(uintptr_t start, size_t len)
 {
-	uint64_t h = (uint64_t)start * 0x9e3779b97f4a7c15ull ^ (uint64_t)len * 0xc2b2ae3d27d4eb4full;
+	uint64_t h = (uint64_t)start * 0x9e3779b97f4a7c15ull ^
+		     (uint64_t)len * 0xc2b2ae3d27d4eb4full;
 
 	return (size_t)(h >> 32) & (mrn_ucx.slot_cap - 1);
 }
@@ -295,7 +296,8 @@ static uint32_t mrn_ucx_slot_find(uintptr_t start, size_t len)
 {
 	if (mrn_ucx.hash == NULL)
 		return 0;
-	for (uint32_t s = mrn_ucx.hash[mrn_ucx_hash_of(start, len)]; s != 0; s = mrn_ucx.slots[s].next) {
+	for (uint32_t s = mrn_ucx.hash[mrn_ucx_hash_of(start, len)]; s != 0;
+	     s = mrn_ucx.slots[s].next) {
 		if (mrn_ucx.slots[s].start == start && mrn_ucx.slots[s].len == len)
 			return s;
 	}
@@ -305,7 +307,8 @@ static uint32_t mrn_ucx_slot_find(uintptr_t start, size_t len)
 /* Lock held. Makes slot s findable by its range (it has a kernel watch). */
 static void mrn_ucx_slot_hash(uint32_t s)
 {
-	uint32_t *head = &mrn_ucx.hash[mrn_ucx_hash_of(mrn_ucx.slots[s].start, mrn_ucx.slots[s].len)];
+	uint32_t *head =
+		&mrn_ucx.hash[mrn_ucx_hash_of(mrn_ucx.slots[s].start, mrn_ucx.slots[s].len)];
 
 	mrn_ucx.slots[s].next = *head;
 	*head = s;
@@ -470,7 +473,8 @@ static void __attribute__((noinline)) mrn_ucx_drain(void)
 		n = mrn_watch_drain(mrn_ucx.watch, mrn_ucx_drained, NULL, &gen);
 		if (n < 0) {
 			/* Nothing was taken: all we can do is forget everything. */
-			ucs_error("mrnotify: draining %s failed: %s; invalidating every watched registration",
+			ucs_error("mrnotify: draining %s failed: %s; invalidating every watched "
+				  "registration",
 				  MRN_DEVICE_PATH, strerror((int)-n));
 			mrn_ucx_forget_all();
 			gen = __atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE);
@@ -487,8 +491,8 @@ static void __attribute__((noinline)) mrn_ucx_drain(void)
  * only when the plugin is active, i.e. on UCX 1.13, whose signature this is.
  */
 MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_after_drain(ucs_rcache_t *rcache, void *address,
-							 size_t length, int prot, void *arg,
-							 ucs_rcache_region_t **region_p)
+							size_t length, int prot, void *arg,
+							ucs_rcache_region_t **region_p)
 {
 	mrn_ucx_drain();
 	return mrn_ucx_hot.real_get(rcache, address, length, prot, arg, region_p);
@@ -496,8 +500,8 @@ MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_after_drain(ucs_rcache_t *rcache, vo
 
 /* The hit path with UCX_MRNOTIFY_STATS=y (set only when active, on 1.13). */
 MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_counted(ucs_rcache_t *rcache, void *address,
-						     size_t length, int prot, void *arg,
-						     ucs_rcache_region_t **region_p)
+						    size_t length, int prot, void *arg,
+						    ucs_rcache_region_t **region_p)
 {
 	mrn_ucx_count(&mrn_ucx.stats.checks, 1);
 	if (MRN_UCX_UNLIKELY(__atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE) !=
@@ -720,9 +724,7 @@ __asm__("	.pushsection .text\n"
 	"	.type	ucs_rcache_get, @function\n"
 	"	.p2align 4\n"
 	"ucs_rcache_get:\n"
-	"	.cfi_startproc\n"
-	MRN_UCX_ENDBR
-	"	cmpl	$0, mrn_ucx_hot+24(%rip)\n"
+	"	.cfi_startproc\n" MRN_UCX_ENDBR "	cmpl	$0, mrn_ucx_hot+24(%rip)\n"
 	"	jne	mrn_ucx_get_counted\n"
 	"	movq	mrn_ucx_hot(%rip), %r11\n"
 	"	movq	(%r11), %r11\n"
@@ -758,7 +760,8 @@ MRN_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
 
 	mrn_ucx_activate();
 	/* The params are read only when active: their layout is 1.13's. */
-	if (mrn_ucx_state() != MRN_UCX_STATE_ACTIVE || !(params->ucm_events & UCM_EVENT_VM_UNMAPPED))
+	if (mrn_ucx_state() != MRN_UCX_STATE_ACTIVE ||
+	    !(params->ucm_events & UCM_EVENT_VM_UNMAPPED))
 		return mrn_ucx.real_create(params, name, stats_parent, rcache_p);
 
 	rc = calloc(1, sizeof(*rc));
@@ -813,8 +816,8 @@ MRN_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
  * The rcache registers its VM_UNMAPPED handler while UCX creates it: note
  * the handler, which invalidates a range in that cache alone.
  */
-MRN_UCX_EXPORT ucs_status_t ucm_set_event_handler(int events, int priority,
-						  ucm_event_callback_t cb, void *arg)
+MRN_UCX_EXPORT ucs_status_t ucm_set_event_handler(int events, int priority, ucm_event_callback_t cb,
+						  void *arg)
 {
 	mrn_ucx_rcache_t *rc = mrn_ucx_creating;
 
@@ -854,15 +857,15 @@ MRN_UCX_EXPORT ucs_status_t ucm_test_external_events(int events)
  * UCX_MRNOTIFY_ENABLE=yes (or a bad setting) makes the program fail when
  * the kernel cannot be UCX's source of unmap events.
  */
-MRN_UCX_EXPORT ucs_status_t ucp_init_version(unsigned api_major_version,
-					     unsigned api_minor_version,
-					     const ucp_params_t *params,
-					     const ucp_config_t *config, ucp_context_h *context_p)
+MRN_UCX_EXPORT ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_version,
+					     const ucp_params_t *params, const ucp_config_t *config,
+					     ucp_context_h *context_p)
 {
 	mrn_ucx_activate();
 	if (mrn_ucx_state() == MRN_UCX_STATE_REFUSED) {
 		if (mrn_ucx.config_filled)
-			ucs_error("mrnotify: UCX_MRNOTIFY_ENABLE=yes, but %s; no UCP context is created "
+			ucs_error("mrnotify: UCX_MRNOTIFY_ENABLE=yes, but %s; no UCP context is "
+				  "created "
 				  "(UCX_MRNOTIFY_ENABLE=try runs UCX as configured instead)",
 				  mrn_ucx.why);
 		else
@@ -915,7 +918,8 @@ MRN_UCX_EXPORT int ibv_fork_init(void)
 {
 	mrn_ucx_activate();
 	if (mrn_ucx_state() == MRN_UCX_STATE_ACTIVE && mrn_ucx_fork_unneeded()) {
-		ucs_debug("mrnotify: ibv_fork_init(): not needed (the kernel copies pinned pages on fork), "
+		ucs_debug("mrnotify: ibv_fork_init(): not needed (the kernel copies pinned pages "
+			  "on fork), "
 			  "skipped so that registrations do not split huge pages");
 		return 0;
 	}
@@ -957,7 +961,8 @@ static void mrn_ucx_child_reopen(void)
 		mrn_ucx.watch = NULL;
 		__atomic_store_n(&mrn_ucx_hot.seen, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&mrn_ucx_hot.generation, &mrn_ucx_still, __ATOMIC_RELEASE);
-		ucs_warn("mrnotify: forked child cannot open %s (%s); registrations will not be cached",
+		ucs_warn("mrnotify: forked child cannot open %s (%s); registrations will not be "
+			 "cached",
 			 MRN_DEVICE_PATH, strerror(-rc));
 	}
 	/*
@@ -1016,8 +1021,8 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 		 * this is an installation error, not a node without the module.
 		 */
 		enable = getenv("UCX_MRNOTIFY_ENABLE");
-		if (enable != NULL && (enable[0] == 'n' || enable[0] == 'N' || !strcmp(enable, "0") ||
-				       !strcasecmp(enable, "off")))
+		if (enable != NULL && (enable[0] == 'n' || enable[0] == 'N' ||
+				       !strcmp(enable, "0") || !strcasecmp(enable, "off")))
 			return MRN_UCX_STATE_OFF;
 		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why),
 			 "this plugin was built for UCX %d.%d.x and the process runs UCX %u.%u.%u",
@@ -1048,9 +1053,10 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 		 * to deliver or not, so UCX creates no registration cache at
 		 * all: there would be nothing to feed.
 		 */
-		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why),
-			 "UCX_MEM_EVENTS=n, with which UCX creates no registration caches (leave it "
-			 "at y and turn the hooks off with UCX_MEM_MMAP_HOOK_MODE=none instead)");
+		snprintf(
+			mrn_ucx.why, sizeof(mrn_ucx.why),
+			"UCX_MEM_EVENTS=n, with which UCX creates no registration caches (leave it "
+			"at y and turn the hooks off with UCX_MEM_MMAP_HOOK_MODE=none instead)");
 		return mrn_ucx_unusable(UCS_LOG_LEVEL_WARN);
 	}
 	rc = mrn_watch_open(MRN_MONITOR_KERNEL, &mrn_ucx.watch);
@@ -1158,12 +1164,13 @@ __attribute__((destructor)) static void mrn_ucx_fini(void)
 			" (of them sharing a watch %" PRIu64 "; unwatched %" PRIu64
 			", watches dirty at removal %" PRIu64 "), watch failures %" PRIu64
 			", rcaches %" PRIu64 "%s%s\n",
-			(int)getpid(), state == MRN_UCX_STATE_ACTIVE ? "active" : "inactive", s->checks,
-			s->drains, s->ranges, s->watched, s->shared, s->unwatched, s->unwatched_dirty,
-			s->watch_failures, s->rcaches, state == MRN_UCX_STATE_ACTIVE ? "" : "; ",
-			state == MRN_UCX_STATE_ACTIVE	? ""
-			: state == MRN_UCX_STATE_OFF	? "UCX_MRNOTIFY_ENABLE=no"
-							: mrn_ucx.why);
+			(int)getpid(), state == MRN_UCX_STATE_ACTIVE ? "active" : "inactive",
+			s->checks, s->drains, s->ranges, s->watched, s->shared, s->unwatched,
+			s->unwatched_dirty, s->watch_failures, s->rcaches,
+			state == MRN_UCX_STATE_ACTIVE ? "" : "; ",
+			state == MRN_UCX_STATE_ACTIVE ? ""
+			: state == MRN_UCX_STATE_OFF  ? "UCX_MRNOTIFY_ENABLE=no"
+						      : mrn_ucx.why);
 	}
 	if (mrn_ucx.table_added)
 		UCS_CONFIG_REMOVE_TABLE(mrn_ucx_config_table);

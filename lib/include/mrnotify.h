@@ -80,9 +80,9 @@ typedef enum mrn_monitor {
 } mrn_monitor_t;
 
 typedef enum mrn_fork_policy {
-	MRN_FORK_DONTFORK = 0,	/* madvise(MADV_DONTFORK) registered pages */
-	MRN_FORK_NONE,		/* leave it to the kernel (copy-on-fork of pinned pages) */
-	MRN_FORK_AUTO		/* dontfork before Linux 5.13, none since (the default) */
+	MRN_FORK_DONTFORK = 0, /* madvise(MADV_DONTFORK) registered pages */
+	MRN_FORK_NONE,         /* leave it to the kernel (copy-on-fork of pinned pages) */
+	MRN_FORK_AUTO          /* dontfork before Linux 5.13, none since (the default) */
 } mrn_fork_policy_t;
 
 /*
@@ -93,25 +93,25 @@ typedef enum mrn_fork_policy {
  * 0 or a negative errno; -ENOMEM and -EAGAIN make the cache evict idle
  * entries and try again.
  */
-typedef int (*mrn_register_fn)(void *context, void *arg, void *addr, size_t len,
-			       uint32_t access, void *payload);
+typedef int (*mrn_register_fn)(void *context, void *arg, void *addr, size_t len, uint32_t access,
+			       void *payload);
 /* Deregisters what register_fn put in payload. Returns 0 or a negative errno. */
 typedef int (*mrn_deregister_fn)(void *context, void *payload);
 
 struct mrn_config {
-	size_t size;			/* sizeof(struct mrn_config), set by mrn_config_init */
-	const char *name;		/* for messages and statistics; copied */
+	size_t size;      /* sizeof(struct mrn_config), set by mrn_config_init */
+	const char *name; /* for messages and statistics; copied */
 	mrn_register_fn reg;
 	mrn_deregister_fn dereg;
-	void *context;			/* passed to reg and dereg */
-	size_t payload_size;		/* bytes of payload per entry (<= 4096) */
+	void *context;       /* passed to reg and dereg */
+	size_t payload_size; /* bytes of payload per entry (<= 4096) */
 	mrn_monitor_t monitor;
 	mrn_fork_policy_t fork_policy;
-	int leave_pinned;		/* 1: keep idle entries registered (LRU) */
-	uint64_t max_pinned_bytes;	/* 0 = unlimited */
-	uint64_t max_entries;		/* 0 = unlimited */
-	int verbose;			/* 0 errors only .. 3 debug; messages go to stderr */
-	int print_stats;		/* print statistics in mrn_cache_destroy */
+	int leave_pinned;          /* 1: keep idle entries registered (LRU) */
+	uint64_t max_pinned_bytes; /* 0 = unlimited */
+	uint64_t max_entries;      /* 0 = unlimited */
+	int verbose;               /* 0 errors only .. 3 debug; messages go to stderr */
+	int print_stats;           /* print statistics in mrn_cache_destroy */
 };
 
 /*
@@ -187,21 +187,21 @@ mrn_monitor_t mrn_cache_monitor(const mrn_cache_t *cache);
 
 struct mrn_stats {
 	uint64_t hits;
-	uint64_t misses;		/* register function calls for new entries */
-	uint64_t access_upgrades;	/* misses caused by missing access rights */
-	uint64_t evictions;		/* idle entries dropped for limits or by request */
-	uint64_t invalidations;		/* entries invalidated by the monitor or the caller */
-	uint64_t drains;		/* times the monitor's dirty list was read */
-	uint64_t retries;		/* registrations retried (raced an unmap, or out of resources) */
+	uint64_t misses;          /* register function calls for new entries */
+	uint64_t access_upgrades; /* misses caused by missing access rights */
+	uint64_t evictions;       /* idle entries dropped for limits or by request */
+	uint64_t invalidations;   /* entries invalidated by the monitor or the caller */
+	uint64_t drains;          /* times the monitor's dirty list was read */
+	uint64_t retries;         /* registrations retried (raced an unmap, or out of resources) */
 	uint64_t register_failures;
-	uint64_t pinned_bytes;		/* now: bytes covered by live registrations */
-	uint64_t entries;		/* now: entries in the cache (in use or idle) */
-	uint64_t idle_entries;		/* now */
-	uint64_t in_use_detached;	/* now: invalidated entries still referenced */
-	uint64_t uncached;		/* registrations handed out uncached (see above) */
-	uint64_t merges;		/* misses that merged overlapping entries into one */
-	uint64_t drain_failures;	/* drains that failed (everything idle was dropped) */
-	uint64_t fork_advice_failures;	/* MADV_DONTFORK failed or was out of budget */
+	uint64_t pinned_bytes;         /* now: bytes covered by live registrations */
+	uint64_t entries;              /* now: entries in the cache (in use or idle) */
+	uint64_t idle_entries;         /* now */
+	uint64_t in_use_detached;      /* now: invalidated entries still referenced */
+	uint64_t uncached;             /* registrations handed out uncached (see above) */
+	uint64_t merges;               /* misses that merged overlapping entries into one */
+	uint64_t drain_failures;       /* drains that failed (everything idle was dropped) */
+	uint64_t fork_advice_failures; /* MADV_DONTFORK failed or was out of budget */
 };
 
 /*
@@ -211,10 +211,11 @@ struct mrn_stats {
  *   #define PRINT(f) printf(" %s %llu", #f, (unsigned long long)s.f);
  *   MRN_STATS_FIELDS(PRINT)
  */
-#define MRN_STATS_FIELDS(X)                                                                   \
-	X(hits) X(misses) X(access_upgrades) X(evictions) X(invalidations) X(drains)          \
-	X(retries) X(register_failures) X(pinned_bytes) X(entries) X(idle_entries)            \
-	X(in_use_detached) X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)
+#define MRN_STATS_FIELDS(X)                                                                        \
+	X(hits)                                                                                    \
+	X(misses) X(access_upgrades) X(evictions) X(invalidations) X(drains) X(retries)            \
+		X(register_failures) X(pinned_bytes) X(entries) X(idle_entries) X(in_use_detached) \
+			X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)
 
 /* Fills *stats (size: sizeof(struct mrn_stats)). 0 or -EINVAL. */
 int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size);

@@ -36,8 +36,8 @@ constexpr size_t kEvictScan = 256;
 constexpr unsigned kEvictSample = 16;
 
 // commit_entry's "start over" results.
-constexpr int kRaced = 1;	// the pages changed while we pinned them
-constexpr int kForked = 2;	// the registration is the parent's
+constexpr int kRaced = 1;  // the pages changed while we pinned them
+constexpr int kForked = 2; // the registration is the parent's
 
 unsigned page_shift()
 {
@@ -94,7 +94,9 @@ public:
 		// so the cookie is a live entry; the id check guards against our
 		// own bugs.
 		if (!x || x->track_id != track_id) {
-			log(0, "cache %s: the monitor reported an unknown registration (id %" PRIu64 ")",
+			log(0,
+			    "cache %s: the monitor reported an unknown registration (id %" PRIu64
+			    ")",
 			    cache_.name_.c_str(), track_id);
 			return;
 		}
@@ -139,18 +141,15 @@ struct Cache::MissPlan {
 	bool upgrade; // one of them lacked the access asked for
 };
 
-
 Cache::Cache(Key, const mrn_config &c, MonitorFactory open)
-	: name_(c.name ? c.name : "mrnotify"), reg_(c.reg), dereg_(c.dereg), context_(c.context),
-	  payload_size_(c.payload_size), leave_pinned_(c.leave_pinned != 0),
-	  max_pinned_(c.max_pinned_bytes), max_entries_(c.max_entries),
-	  fork_policy_(c.fork_policy),
-	  advise_dontfork_(resolve_fork_policy(c.fork_policy) == MRN_FORK_DONTFORK),
-	  max_advised_(advised_entry_budget()), print_stats_(c.print_stats != 0),
-	  page_mask_((uintptr_t(1) << page_shift()) - 1), open_monitor_(std::move(open)),
-	  index_(page_shift()), pool_(c.payload_size)
-{
-}
+    : name_(c.name ? c.name : "mrnotify"), reg_(c.reg), dereg_(c.dereg), context_(c.context),
+      payload_size_(c.payload_size), leave_pinned_(c.leave_pinned != 0),
+      max_pinned_(c.max_pinned_bytes), max_entries_(c.max_entries), fork_policy_(c.fork_policy),
+      advise_dontfork_(resolve_fork_policy(c.fork_policy) == MRN_FORK_DONTFORK),
+      max_advised_(advised_entry_budget()), print_stats_(c.print_stats != 0),
+      page_mask_((uintptr_t(1) << page_shift()) - 1), open_monitor_(std::move(open)),
+      index_(page_shift()), pool_(c.payload_size)
+{}
 
 int Cache::create(const mrn_config &config, MonitorFactory open, std::unique_ptr<Cache> *out)
 {
@@ -188,7 +187,8 @@ int Cache::open_monitor(Writer &)
 	std::string why;
 	const int rc = open_monitor_(&monitor_, &why);
 	if (rc < 0) {
-		log(0, "cache %s: cannot use the requested monitor: %s", name_.c_str(), why.c_str());
+		log(0, "cache %s: cannot use the requested monitor: %s", name_.c_str(),
+		    why.c_str());
 		return rc == -EINVAL ? -EINVAL : -ENODEV;
 	}
 	monitor_kind_ = monitor_->kind();
@@ -325,7 +325,8 @@ void Cache::detach_excluded(Writer &w, EntryStack &victims)
 			continue;
 		index_.erase(x);
 		x->state.store(Entry::kDetached, std::memory_order_relaxed);
-		if (x->refs.fetch_sub(Entry::kIndexRef, std::memory_order_acq_rel) == Entry::kIndexRef)
+		if (x->refs.fetch_sub(Entry::kIndexRef, std::memory_order_acq_rel) ==
+		    Entry::kIndexRef)
 			w.doomed.push(x);
 		else
 			unindexed_.insert(x);
@@ -385,7 +386,9 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 	bool merge = true;
 	for (int attempt = 0;; attempt++) {
 		sync(w);
-		auto has_access = [access](const Entry *c) { return (c->access & access) == access; };
+		auto has_access = [access](const Entry *c) {
+			return (c->access & access) == access;
+		};
 		if (Entry *x = index_.find_covering(s, e, has_access)) {
 			x->refs.fetch_add(1, std::memory_order_relaxed);
 			st_.hits_locked++;
@@ -415,7 +418,9 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 			return 0;
 		}
 		if (rc == kRaced && attempt + 1 >= kMaxRaceRetries) {
-			log(0, "cache %s: [%#" PRIxPTR ", %#" PRIxPTR ") was unmapped during each of %d registrations",
+			log(0,
+			    "cache %s: [%#" PRIxPTR ", %#" PRIxPTR
+			    ") was unmapped during each of %d registrations",
 			    name_.c_str(), plan.start, plan.end, kMaxRaceRetries);
 			return -EAGAIN;
 		}
@@ -469,7 +474,8 @@ int Cache::prepare_entry(Writer &w, const MissPlan &plan, Entry **out)
 	if (!p->has(Entry::kUncached)) {
 		const int rc = track_entry(w, p);
 		if (rc < 0) {
-			log(1, "cache %s: the monitor cannot watch [%#" PRIxPTR ", %#" PRIxPTR "): %s",
+			log(1,
+			    "cache %s: the monitor cannot watch [%#" PRIxPTR ", %#" PRIxPTR "): %s",
 			    name_.c_str(), p->start, p->end, strerror(-rc));
 			abandon_entry(w, p);
 			return rc;
@@ -504,16 +510,19 @@ void Cache::advise_entry(Entry *p)
 		// Out of budget (see advised_entry_budget): uncached, so the
 		// advice, the pin and the mapping split last only while in use.
 		if (st_.advise_failures++ == 0)
-			log(0, "cache %s: %" PRIu64 " registrations carry MADV_DONTFORK, the most "
-			       "vm.max_map_count allows; further ones are not cached",
+			log(0,
+			    "cache %s: %" PRIu64 " registrations carry MADV_DONTFORK, the most "
+			    "vm.max_map_count allows; further ones are not cached",
 			    name_.c_str(), advised_);
 		p->flags |= Entry::kUncached;
 		return;
 	}
 	if (madvise(reinterpret_cast<void *>(p->start), p->length(), MADV_DONTFORK) < 0) {
 		if (st_.advise_failures++ == 0)
-			log(0, "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR ") failed: %s; "
-			       "such registrations are not cached",
+			log(0,
+			    "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR
+			    ") failed: %s; "
+			    "such registrations are not cached",
 			    name_.c_str(), p->start, p->end, strerror(errno));
 		p->flags |= Entry::kUncached;
 		return;

@@ -182,9 +182,9 @@ private:
 	bool leave_pinned_;
 	uint64_t max_pinned_;
 	uint64_t max_entries_;
-	mrn_fork_policy_t fork_policy_;	// as configured (auto resolved below)
-	bool advise_dontfork_;		// the policy in force
-	uint64_t max_advised_;		// advised entries before mappings run out
+	mrn_fork_policy_t fork_policy_; // as configured (auto resolved below)
+	bool advise_dontfork_;          // the policy in force
+	uint64_t max_advised_;          // advised entries before mappings run out
 	bool print_stats_;
 	uintptr_t page_mask_;
 	MonitorFactory open_monitor_;

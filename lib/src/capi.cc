@@ -13,15 +13,27 @@ using mrn::Entry;
 
 namespace {
 
-Cache *impl(mrn_cache_t *c) { return reinterpret_cast<Cache *>(c); }
-const Cache *impl(const mrn_cache_t *c) { return reinterpret_cast<const Cache *>(c); }
-Entry *impl(mrn_entry_t *e) { return reinterpret_cast<Entry *>(e); }
-const Entry *impl(const mrn_entry_t *e) { return reinterpret_cast<const Entry *>(e); }
+Cache *impl(mrn_cache_t *c)
+{
+	return reinterpret_cast<Cache *>(c);
+}
+const Cache *impl(const mrn_cache_t *c)
+{
+	return reinterpret_cast<const Cache *>(c);
+}
+Entry *impl(mrn_entry_t *e)
+{
+	return reinterpret_cast<Entry *>(e);
+}
+const Entry *impl(const mrn_entry_t *e)
+{
+	return reinterpret_cast<const Entry *>(e);
+}
 
 // No exception may cross into C: out of memory becomes -ENOMEM (or the
 // given value), anything else (a bug of ours, or a system_error) -EIO.
-template <typename F> auto guarded(F f, decltype(f()) on_oom, decltype(f()) on_error = -EIO)
-	-> decltype(f())
+template <typename F>
+auto guarded(F f, decltype(f()) on_oom, decltype(f()) on_error = -EIO) -> decltype(f())
 {
 	try {
 		return f();
@@ -37,7 +49,8 @@ template <typename F> auto guarded(F f, decltype(f()) on_oom, decltype(f()) on_e
 	}
 }
 
-template <typename E> bool in_range(const E &field, E lowest, E highest)
+template <typename E>
+bool in_range(const E &field, E lowest, E highest)
 {
 	std::underlying_type_t<E> v;
 	static_assert(sizeof(v) == sizeof(field), "an enum is stored as its underlying type");

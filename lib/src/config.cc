@@ -122,11 +122,24 @@ extern "C" int mrn_size_from_string(const char *s, uint64_t *out)
 	unsigned shift = 0;
 	if (*end) {
 		switch (*end) {
-		case 'k': case 'K': shift = 10; break;
-		case 'm': case 'M': shift = 20; break;
-		case 'g': case 'G': shift = 30; break;
-		case 't': case 'T': shift = 40; break;
-		default: return -EINVAL;
+		case 'k':
+		case 'K':
+			shift = 10;
+			break;
+		case 'm':
+		case 'M':
+			shift = 20;
+			break;
+		case 'g':
+		case 'G':
+			shift = 30;
+			break;
+		case 't':
+		case 'T':
+			shift = 40;
+			break;
+		default:
+			return -EINVAL;
 		}
 		end++;
 		if (*end == 'i' || *end == 'I')
@@ -157,7 +170,8 @@ extern "C" int mrn_config_init(struct mrn_config *c)
 		return bad("MRNOTIFY_MONITOR", v, "auto, kernel, uffd or none");
 	if ((v = getenv("MRNOTIFY_LEAVE_PINNED")) && !parse_bool(v, &c->leave_pinned))
 		return bad("MRNOTIFY_LEAVE_PINNED", v, "0 or 1");
-	if ((v = getenv("MRNOTIFY_MAX_PINNED")) && mrn_size_from_string(v, &c->max_pinned_bytes) < 0)
+	if ((v = getenv("MRNOTIFY_MAX_PINNED")) &&
+	    mrn_size_from_string(v, &c->max_pinned_bytes) < 0)
 		return bad("MRNOTIFY_MAX_PINNED", v,
 			   "a byte count >= 0 with an optional K, M, G or T suffix (0: no limit)");
 	if ((v = getenv("MRNOTIFY_MAX_ENTRIES")) && !parse_uint(v, &c->max_entries))

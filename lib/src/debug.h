@@ -13,13 +13,13 @@
 #ifdef MRN_DEBUG
 #include <cstdio>
 #include <cstdlib>
-#define MRN_ASSERT(cond)                                                                      \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			std::fprintf(stderr, "libmrnotify: %s:%d: assertion failed: %s\n",     \
-				     __FILE__, __LINE__, #cond);                              \
-			std::abort();                                                         \
-		}                                                                             \
+#define MRN_ASSERT(cond)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			std::fprintf(stderr, "libmrnotify: %s:%d: assertion failed: %s\n",         \
+				     __FILE__, __LINE__, #cond);                                   \
+			std::abort();                                                              \
+		}                                                                                  \
 	} while (0)
 #else
 #define MRN_ASSERT(cond) ((void)sizeof(!(cond)))

@@ -25,16 +25,16 @@ namespace mrn {
 // happens with readers excluded.
 struct alignas(16) Entry {
 	enum State : uint8_t {
-		kPending,	// being registered, not yet visible to lookups
-		kIndexed,	// in the index: lookups can hand it out
-		kDetached,	// out of the index; freed when the last user puts it
+		kPending,  // being registered, not yet visible to lookups
+		kIndexed,  // in the index: lookups can hand it out
+		kDetached, // out of the index; freed when the last user puts it
 	};
 	// Writer-side facts about the entry (under the writer mutex).
 	enum Flags : uint8_t {
-		kTracked = 1,	 // the monitor watches it (untrack/release at the end)
-		kAdvised = 2,	 // its pages were advised MADV_DONTFORK
-		kUncached = 4,	 // never indexed: it lives only while in use
-		kSelected = 8,	 // chosen as an eviction victim in this pass
+		kTracked = 1,  // the monitor watches it (untrack/release at the end)
+		kAdvised = 2,  // its pages were advised MADV_DONTFORK
+		kUncached = 4, // never indexed: it lives only while in use
+		kSelected = 8, // chosen as an eviction victim in this pass
 	};
 	static constexpr uint32_t kIndexRef = 1;
 
@@ -139,7 +139,8 @@ public:
 		size_--;
 	}
 	// fn may erase the entry it is given.
-	template <typename Fn> void for_each(Fn fn)
+	template <typename Fn>
+	void for_each(Fn fn)
 	{
 		for (Entry *x = head_, *n; x; x = n) {
 			n = x->next;

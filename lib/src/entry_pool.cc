@@ -10,7 +10,10 @@
 namespace mrn {
 
 namespace {
-constexpr size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+constexpr size_t round_up(size_t n, size_t a)
+{
+	return (n + a - 1) / a * a;
+}
 } // namespace
 
 EntryPool::EntryPool(size_t payload_size) : block_(round_up(sizeof(Entry) + payload_size, 16)) {}
@@ -24,9 +27,9 @@ Entry *EntryPool::allocate()
 		std::memset(b, 0, block_);
 	} else {
 		if (bump_ + block_ > bump_end_) {
-			const size_t bytes = slabs_.empty()
-						     ? kFirstSlab
-						     : std::min(slabs_.back().size() * 2, BigArray::kHuge);
+			const size_t bytes = slabs_.empty() ? kFirstSlab
+							    : std::min(slabs_.back().size() * 2,
+								       BigArray::kHuge);
 			try {
 				slabs_.emplace_back(std::max(bytes, block_));
 			} catch (const std::bad_alloc &) {

@@ -18,7 +18,10 @@ void raise_verbosity(int level)
 	}
 }
 
-int verbosity() { return g_verbosity.load(std::memory_order_relaxed); }
+int verbosity()
+{
+	return g_verbosity.load(std::memory_order_relaxed);
+}
 
 void log(int level, const char *fmt, ...)
 {

@@ -71,7 +71,10 @@ public:
 	// entries over it be kept? The uffd monitor says no for shared and
 	// file-backed pages, whose hole punches and truncations it never hears
 	// of; the cache then registers the range uncached.
-	virtual bool can_cache(uintptr_t start, uintptr_t end) { return (void)start, (void)end, true; }
+	virtual bool can_cache(uintptr_t start, uintptr_t end)
+	{
+		return (void)start, (void)end, true;
+	}
 
 	// False: idle entries must not be kept (nothing would tell us if they
 	// went stale).

@@ -25,9 +25,8 @@ namespace {
 class KernelMonitor final : public Monitor {
 public:
 	KernelMonitor(int fd, const mrn_status *status, size_t map_len)
-		: fd_(fd), status_(status), map_len_(map_len)
-	{
-	}
+	    : fd_(fd), status_(status), map_len_(map_len)
+	{}
 	~KernelMonitor() override
 	{
 		if (fd_ < 0)
@@ -134,7 +133,8 @@ std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 		close(fd);
 		return nullptr;
 	}
-	*why = std::string(MRN_DEVICE_PATH) + " is open (ABI " + std::to_string(MRN_ABI_VERSION) + ")";
+	*why = std::string(MRN_DEVICE_PATH) + " is open (ABI " + std::to_string(MRN_ABI_VERSION) +
+	       ")";
 	return std::make_unique<KernelMonitor>(fd, status, len);
 }
 

@@ -61,8 +61,8 @@ constexpr uint64_t kPagemapShared = uint64_t(1) << 61;
 class UffdMonitor final : public Monitor {
 public:
 	UffdMonitor(int uffd, int stop_fd, int pagemap_fd)
-		: uffd_(uffd), stop_fd_(stop_fd), pagemap_fd_(pagemap_fd),
-		  page_size_(size_t(sysconf(_SC_PAGESIZE)))
+	    : uffd_(uffd), stop_fd_(stop_fd), pagemap_fd_(pagemap_fd),
+	      page_size_(size_t(sysconf(_SC_PAGESIZE)))
 	{
 		thread_ = std::make_unique<std::thread>([this] { run(); });
 	}
@@ -114,7 +114,8 @@ public:
 		for (uintptr_t a = start; a < end;) {
 			const size_t pages = std::min(words.size(), size_t((end - a) / page_size_));
 			const off_t off = off_t(a / page_size_ * sizeof(uint64_t));
-			const ssize_t n = pread(pagemap_fd_, words.data(), pages * sizeof(uint64_t), off);
+			const ssize_t n = pread(pagemap_fd_, words.data(), pages * sizeof(uint64_t),
+						off);
 			if (n <= 0)
 				return false;
 			for (size_t i = 0; i < size_t(n) / sizeof(uint64_t); i++)
@@ -218,7 +219,8 @@ private:
 			r = {uintptr_t(m.arg.remove.start), uintptr_t(m.arg.remove.end)};
 			break;
 		case UFFD_EVENT_REMAP:
-			r = {uintptr_t(m.arg.remap.from), uintptr_t(m.arg.remap.from + m.arg.remap.len)};
+			r = {uintptr_t(m.arg.remap.from),
+			     uintptr_t(m.arg.remap.from + m.arg.remap.len)};
 			break;
 		default:
 			return;

@@ -3,7 +3,10 @@
 
 namespace mrn {
 
-RangeIndex::RangeIndex(unsigned page_shift) : page_shift_(page_shift) { clear(); }
+RangeIndex::RangeIndex(unsigned page_shift) : page_shift_(page_shift)
+{
+	clear();
+}
 
 void RangeIndex::alloc_table(size_t capacity)
 {

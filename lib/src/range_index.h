@@ -42,20 +42,24 @@ public:
 	void clear();
 
 	// First entry that covers [s, e) and satisfies ok(entry).
-	template <typename Pred> Entry *find_covering(uintptr_t s, uintptr_t e, Pred ok) const;
+	template <typename Pred>
+	Entry *find_covering(uintptr_t s, uintptr_t e, Pred ok) const;
 
 	// Calls fn(entry) once for each entry that overlaps [s, e).
-	template <typename Fn> void for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const;
+	template <typename Fn>
+	void for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const;
 
 	// Calls fn(entry) once for each entry.
-	template <typename Fn> void for_each(Fn fn) const;
+	template <typename Fn>
+	void for_each(Fn fn) const;
 
 	// A clock hand over the table, for eviction: calls fn(entry) for the
 	// entries filed in up to max_slots slots from *hand on (wrapping), each
 	// at the slot of its first chunk, until fn returns true, and leaves
 	// *hand after the last slot looked at. Table growth and erasure move
 	// slots, so an entry may be met twice or skipped in one round.
-	template <typename Fn> void sweep(size_t *hand, size_t max_slots, Fn fn) const;
+	template <typename Fn>
+	void sweep(size_t *hand, size_t max_slots, Fn fn) const;
 
 	// Drops the table without allocating a new one (teardown); the index
 	// must not be used afterwards.
@@ -120,7 +124,8 @@ private:
 	// Calls fn(slot) for each slot of key's probe run whose tag matches
 	// key's (the entry may still be another's: see Slot), until fn
 	// returns true.
-	template <typename Fn> void probe(uint64_t key, Fn fn) const
+	template <typename Fn>
+	void probe(uint64_t key, Fn fn) const
 	{
 		const uint64_t tag = tag_of(key);
 		for (size_t i = home(key);; i = (i + 1) & mask_) {
@@ -187,7 +192,8 @@ Entry *RangeIndex::find_covering(uintptr_t s, uintptr_t e, Pred ok) const
 	return nullptr;
 }
 
-template <typename Fn> void RangeIndex::for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const
+template <typename Fn>
+void RangeIndex::for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const
 {
 	// Probing every chunk of a large range at a fine level could cost more
 	// than looking at every slot once: pick the cheaper.
@@ -227,7 +233,8 @@ template <typename Fn> void RangeIndex::for_each_overlapping(uintptr_t s, uintpt
 	}
 }
 
-template <typename Fn> void RangeIndex::sweep(size_t *hand, size_t max_slots, Fn fn) const
+template <typename Fn>
+void RangeIndex::sweep(size_t *hand, size_t max_slots, Fn fn) const
 {
 	size_t i = *hand & mask_;
 	for (size_t k = 0; k < max_slots && k < capacity_; k++) {
@@ -239,7 +246,8 @@ template <typename Fn> void RangeIndex::sweep(size_t *hand, size_t max_slots, Fn
 	*hand = i;
 }
 
-template <typename Fn> void RangeIndex::for_each(Fn fn) const
+template <typename Fn>
+void RangeIndex::for_each(Fn fn) const
 {
 	for (size_t i = 0; i < capacity_; i++) {
 		const uint64_t w = slots_[i].load(std::memory_order_acquire);

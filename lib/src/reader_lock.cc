@@ -16,7 +16,10 @@ namespace mrn {
 
 namespace {
 
-long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+long membarrier(int cmd)
+{
+	return syscall(SYS_membarrier, cmd, 0, 0);
+}
 
 bool register_membarrier()
 {
@@ -81,7 +84,8 @@ unsigned ReaderRecords::assign_index()
 	// use a cache, and the state it leaves is plain __thread data that is
 	// never destroyed.
 	if (index < kMaxReaderRecords)
-		(void)pthread_setspecific(exit_key(), reinterpret_cast<void *>(uintptr_t(index) + 1));
+		(void)pthread_setspecific(exit_key(),
+					  reinterpret_cast<void *>(uintptr_t(index) + 1));
 	return index;
 }
 

@@ -152,10 +152,19 @@ public:
 	// Writers hold writer_mutex(); work that readers may watch (inserting
 	// into the index) needs only that, work that readers must not watch
 	// (removing, freeing) also needs exclude_readers().
-	std::mutex &writer_mutex() { return writer_mutex_; }
+	std::mutex &writer_mutex()
+	{
+		return writer_mutex_;
+	}
 	void exclude_readers();
-	void admit_readers() { writer_.store(false, std::memory_order_release); }
-	void reset_after_fork() { writer_.store(false, std::memory_order_relaxed); }
+	void admit_readers()
+	{
+		writer_.store(false, std::memory_order_release);
+	}
+	void reset_after_fork()
+	{
+		writer_.store(false, std::memory_order_relaxed);
+	}
 
 private:
 	void wait_for_writer() const;
@@ -173,9 +182,8 @@ private:
 class SharedGuard {
 public:
 	explicit SharedGuard(CacheLock &l)
-		: lock_(l), idx_(ReaderRecords::my_index()), prev_(lock_.lock_shared(idx_))
-	{
-	}
+	    : lock_(l), idx_(ReaderRecords::my_index()), prev_(lock_.lock_shared(idx_))
+	{}
 	~SharedGuard() { lock_.unlock_shared(idx_, prev_); }
 	SharedGuard(const SharedGuard &) = delete;
 	SharedGuard &operator=(const SharedGuard &) = delete;

@@ -61,7 +61,10 @@ extern "C" int mrn_watch_open(mrn_monitor_t monitor, mrn_watch_t **out)
 	}
 }
 
-extern "C" void mrn_watch_close(mrn_watch_t *watch) { std::unique_ptr<mrn_watch> owned(watch); }
+extern "C" void mrn_watch_close(mrn_watch_t *watch)
+{
+	std::unique_ptr<mrn_watch> owned(watch);
+}
 
 extern "C" int mrn_watch_add(mrn_watch_t *watch, void *addr, size_t len, uint64_t cookie,
 			     uint64_t *id)
@@ -84,7 +87,8 @@ extern "C" const uint64_t *mrn_watch_generation(const mrn_watch_t *watch)
 	return watch ? watch->monitor->generation() : nullptr;
 }
 
-extern "C" long mrn_watch_drain(mrn_watch_t *watch, mrn_watch_fn fn, void *arg, uint64_t *generation)
+extern "C" long mrn_watch_drain(mrn_watch_t *watch, mrn_watch_fn fn, void *arg,
+				uint64_t *generation)
 {
 	if (!watch || !fn || !generation)
 		return -EINVAL;

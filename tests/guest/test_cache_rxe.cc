@@ -225,8 +225,9 @@ TEST_F(CacheOnRxe, HugePagesAndForkInitKeepFixedBuffersCached)
 		mr.reset();
 		munmap(probe, kPage);
 		if (!advised)
-			GTEST_SKIP() << "ibv_reg_mr does not madvise(DONTFORK) here (rdma-core's fork "
-					"support is off: run with RDMAV_FORK_SAFE=1)";
+			GTEST_SKIP()
+				<< "ibv_reg_mr does not madvise(DONTFORK) here (rdma-core's fork "
+				   "support is off: run with RDMAV_FORK_SAFE=1)";
 	}
 	Thp thp;
 	if (!thp.ok())
@@ -237,7 +238,8 @@ TEST_F(CacheOnRxe, HugePagesAndForkInitKeepFixedBuffersCached)
 	const size_t huge = size_t(2) << 20, region = 16 * huge;
 	char *raw = map(nullptr, region + huge);
 	ASSERT_NE(nullptr, raw);
-	char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw) + huge - 1) & ~(huge - 1));
+	char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw) + huge - 1) &
+					      ~(huge - 1));
 	std::memset(base, 1, region);
 	std::vector<std::pair<size_t, size_t>> bufs; // offset, length
 	size_t off = 0;
@@ -269,12 +271,13 @@ TEST_F(CacheOnRxe, HugePagesAndForkInitKeepFixedBuffersCached)
 		ours_stats = ours.stats();
 	}
 	const double gets = double((kRounds - 1) * bufs.size());
-	const double ours_hits = gets - double(ours_steady), blind_hits = gets - double(blind_steady);
+	const double ours_hits = gets - double(ours_steady),
+		     blind_hits = gets - double(blind_steady);
 	std::printf("# steady state, %zu buffers x %d rounds: kernel monitor %" PRIu64
 		    " misses, blind cache %" PRIu64 "; hits %.1f%% of the blind cache's; "
 		    "invalidations %" PRIu64 ", retries %" PRIu64 "\n",
-		    bufs.size(), kRounds - 1, ours_steady, blind_steady, 100 * ours_hits / blind_hits,
-		    ours_stats.invalidations, ours_stats.retries);
+		    bufs.size(), kRounds - 1, ours_steady, blind_steady,
+		    100 * ours_hits / blind_hits, ours_stats.invalidations, ours_stats.retries);
 	// The splits happened (registrations being made were invalidated and
 	// made again), or this test shows nothing.
 	EXPECT_GT(ours_stats.retries + ours_stats.invalidations, 0u)

@@ -20,8 +20,7 @@ const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 char *map_anonymous(size_t len, void *at = nullptr)
 {
 	const int fixed = at ? MAP_FIXED : 0;
-	void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1,
-		       0);
+	void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
 	return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
 }
 

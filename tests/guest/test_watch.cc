@@ -35,8 +35,8 @@ protected:
 
 TEST_F(Watch, UnmapIsReportedOnceWithItsCookieAndRange)
 {
-	char *p = static_cast<char *>(
-		mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	char *p = static_cast<char *>(mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE,
+					   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
 	ASSERT_NE(MAP_FAILED, p);
 	uint64_t a = 0, b = 0, seen = gen();
 	ASSERT_EQ(0, mrn_watch_add(w, p + 10, kPage, 111, &a));

@@ -64,7 +64,10 @@ public:
 		return e;
 	}
 	void put(mrn_entry_t *e) { mrn_put(cache_, e); }
-	static VerbsReg &reg_of(mrn_entry_t *e) { return *static_cast<VerbsReg *>(mrn_entry_payload(e)); }
+	static VerbsReg &reg_of(mrn_entry_t *e)
+	{
+		return *static_cast<VerbsReg *>(mrn_entry_payload(e));
+	}
 	mrn_cache_t *raw() const { return cache_; }
 	mrn_stats stats() const
 	{
@@ -83,8 +86,8 @@ private:
 		if (!mr)
 			return -errno;
 		try {
-			auto *r = new (payload) VerbsReg{mr, std::make_unique<PinnedSnapshot>(addr, len),
-							 ++self->serial_};
+			auto *r = new (payload) VerbsReg{
+				mr, std::make_unique<PinnedSnapshot>(addr, len), ++self->serial_};
 			(void)r;
 		} catch (...) {
 			ibv_dereg_mr(mr);

@@ -11,562 +11,597 @@ using mrn::page_size;
 
 namespace {
 
-TEST(Device, IsWorldAccessibleMiscDevice) {
-  struct stat st;
-  ASSERT_EQ(0, stat(MRN_DEVICE_PATH, &st));
-  EXPECT_TRUE(S_ISCHR(st.st_mode));
-  EXPECT_EQ(0666u, st.st_mode & 07777);
+TEST(Device, IsWorldAccessibleMiscDevice)
+{
+	struct stat st;
+	ASSERT_EQ(0, stat(MRN_DEVICE_PATH, &st));
+	EXPECT_TRUE(S_ISCHR(st.st_mode));
+	EXPECT_EQ(0666u, st.st_mode & 07777);
 }
 
 // The device is a stream: lseek and pread fail with ESPIPE. Kernels before
 // 6.12 said so through no_llseek, later ones through stream_open() alone.
-TEST(Device, IsNotSeekable) {
-  Ctx c(false);
-  ASSERT_GE(c.fd(), 0);
-  errno = 0;
-  EXPECT_EQ(-1, lseek(c.fd(), 0, SEEK_SET));
-  EXPECT_EQ(ESPIPE, errno);
-  char b;
-  errno = 0;
-  EXPECT_EQ(-1, pread(c.fd(), &b, 1, 0));
-  EXPECT_EQ(ESPIPE, errno);
+TEST(Device, IsNotSeekable)
+{
+	Ctx c(false);
+	ASSERT_GE(c.fd(), 0);
+	errno = 0;
+	EXPECT_EQ(-1, lseek(c.fd(), 0, SEEK_SET));
+	EXPECT_EQ(ESPIPE, errno);
+	char b;
+	errno = 0;
+	EXPECT_EQ(-1, pread(c.fd(), &b, 1, 0));
+	EXPECT_EQ(ESPIPE, errno);
 }
 
-TEST(StatusPage, StartsAtZeroWithAbiVersion) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(0u, c.gen());
-  EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), c.status()->abi_version);
-  EXPECT_EQ(0u, c.status()->reserved);
-  mrn_query q = c.query();
-  EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), q.abi_version);
+TEST(StatusPage, StartsAtZeroWithAbiVersion)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	EXPECT_EQ(0u, c.gen());
+	EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), c.status()->abi_version);
+	EXPECT_EQ(0u, c.status()->reserved);
+	mrn_query q = c.query();
+	EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), q.abi_version);
 }
 
-TEST(StatusPage, WritableOrExecutableMappingRefused) {
-  Ctx c(false);
-  ASSERT_GE(c.fd(), 0);
-  const size_t ps = page_size();
-  errno = 0;
-  EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd(), 0));
-  EXPECT_EQ(EPERM, errno);
-  errno = 0;
-  EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ | PROT_EXEC, MAP_SHARED, c.fd(), 0));
-  EXPECT_EQ(EPERM, errno);
-  errno = 0;
-  EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ, MAP_PRIVATE, c.fd(), 0));
-  EXPECT_EQ(EINVAL, errno);
-  errno = 0;
-  EXPECT_EQ(MAP_FAILED, mmap(nullptr, 2 * ps, PROT_READ, MAP_SHARED, c.fd(), 0));
-  EXPECT_EQ(EINVAL, errno);
-  errno = 0;
-  EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ, MAP_SHARED, c.fd(), static_cast<off_t>(ps)));
-  EXPECT_EQ(EINVAL, errno);
+TEST(StatusPage, WritableOrExecutableMappingRefused)
+{
+	Ctx c(false);
+	ASSERT_GE(c.fd(), 0);
+	const size_t ps = page_size();
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd(), 0));
+	EXPECT_EQ(EPERM, errno);
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ | PROT_EXEC, MAP_SHARED, c.fd(), 0));
+	EXPECT_EQ(EPERM, errno);
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ, MAP_PRIVATE, c.fd(), 0));
+	EXPECT_EQ(EINVAL, errno);
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, 2 * ps, PROT_READ, MAP_SHARED, c.fd(), 0));
+	EXPECT_EQ(EINVAL, errno);
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED,
+		  mmap(nullptr, ps, PROT_READ, MAP_SHARED, c.fd(), static_cast<off_t>(ps)));
+	EXPECT_EQ(EINVAL, errno);
 }
 
-TEST(StatusPage, CannotBeMadeWritable) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  void *p = const_cast<mrn_status *>(c.status());
-  errno = 0;
-  EXPECT_EQ(-1, mprotect(p, page_size(), PROT_READ | PROT_WRITE));
-  EXPECT_EQ(EACCES, errno);
-  errno = 0;
-  EXPECT_EQ(-1, mprotect(p, page_size(), PROT_READ | PROT_EXEC));
-  EXPECT_EQ(EACCES, errno);
-  // Re-enabling inheritance must not work either (VM_IO).
-  errno = 0;
-  EXPECT_EQ(-1, madvise(p, page_size(), MADV_DOFORK));
-  EXPECT_EQ(EINVAL, errno);
-  // Writing through /proc/self/mem (FOLL_FORCE) must fail as well.
-  int memfd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-  ASSERT_GE(memfd, 0);
-  uint64_t v = 12345;
-  EXPECT_EQ(-1, pwrite(memfd, &v, sizeof(v), static_cast<off_t>(reinterpret_cast<uintptr_t>(p))));
-  close(memfd);
-  EXPECT_EQ(0u, c.gen());
-  // Read-only open works the same way.
-  int fd = open(MRN_DEVICE_PATH, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  void *q = mmap(nullptr, page_size(), PROT_READ, MAP_SHARED, fd, 0);
-  EXPECT_NE(MAP_FAILED, q);
-  if (q != MAP_FAILED) {
-    EXPECT_EQ(-1, mprotect(q, page_size(), PROT_READ | PROT_WRITE));
-    munmap(q, page_size());
-  }
-  close(fd);
+TEST(StatusPage, CannotBeMadeWritable)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	void *p = const_cast<mrn_status *>(c.status());
+	errno = 0;
+	EXPECT_EQ(-1, mprotect(p, page_size(), PROT_READ | PROT_WRITE));
+	EXPECT_EQ(EACCES, errno);
+	errno = 0;
+	EXPECT_EQ(-1, mprotect(p, page_size(), PROT_READ | PROT_EXEC));
+	EXPECT_EQ(EACCES, errno);
+	// Re-enabling inheritance must not work either (VM_IO).
+	errno = 0;
+	EXPECT_EQ(-1, madvise(p, page_size(), MADV_DOFORK));
+	EXPECT_EQ(EINVAL, errno);
+	// Writing through /proc/self/mem (FOLL_FORCE) must fail as well.
+	int memfd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	ASSERT_GE(memfd, 0);
+	uint64_t v = 12345;
+	EXPECT_EQ(-1,
+		  pwrite(memfd, &v, sizeof(v), static_cast<off_t>(reinterpret_cast<uintptr_t>(p))));
+	close(memfd);
+	EXPECT_EQ(0u, c.gen());
+	// Read-only open works the same way.
+	int fd = open(MRN_DEVICE_PATH, O_RDONLY | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	void *q = mmap(nullptr, page_size(), PROT_READ, MAP_SHARED, fd, 0);
+	EXPECT_NE(MAP_FAILED, q);
+	if (q != MAP_FAILED) {
+		EXPECT_EQ(-1, mprotect(q, page_size(), PROT_READ | PROT_WRITE));
+		munmap(q, page_size());
+	}
+	close(fd);
 }
 
-TEST(Register, DrainReportsCookieIdAndRangeOnce) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map m(4 * page_size());
-  ASSERT_NE(nullptr, m.get());
-  m.touch();
-  int64_t id = c.reg(m.get(), m.size(), 0xC00C1E);
-  ASSERT_GT(id, 0);
-  EXPECT_EQ(0u, c.gen());
-  EXPECT_EQ(1u, c.query().registrations);
+TEST(Register, DrainReportsCookieIdAndRangeOnce)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(4 * page_size());
+	ASSERT_NE(nullptr, m.get());
+	m.touch();
+	int64_t id = c.reg(m.get(), m.size(), 0xC00C1E);
+	ASSERT_GT(id, 0);
+	EXPECT_EQ(0u, c.gen());
+	EXPECT_EQ(1u, c.query().registrations);
 
-  char *base = m.get();
-  ASSERT_EQ(0, munmap(base, m.size()));
-  m.release();
-  EXPECT_EQ(1u, c.gen());
-  EXPECT_EQ(1u, c.query().dirty);
+	char *base = m.get();
+	ASSERT_EQ(0, munmap(base, m.size()));
+	m.release();
+	EXPECT_EQ(1u, c.gen());
+	EXPECT_EQ(1u, c.query().dirty);
 
-  uint64_t g = 0;
-  auto e = c.drain(16, &g);
-  ASSERT_EQ(1u, e.size());
-  EXPECT_EQ(0xC00C1Eu, e[0].cookie);
-  EXPECT_EQ(static_cast<uint64_t>(id), e[0].id);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(base), e[0].addr);
-  EXPECT_EQ(4 * page_size(), e[0].length);
-  EXPECT_EQ(1u, g);
-  EXPECT_EQ(g, c.gen());
+	uint64_t g = 0;
+	auto e = c.drain(16, &g);
+	ASSERT_EQ(1u, e.size());
+	EXPECT_EQ(0xC00C1Eu, e[0].cookie);
+	EXPECT_EQ(static_cast<uint64_t>(id), e[0].id);
+	EXPECT_EQ(reinterpret_cast<uintptr_t>(base), e[0].addr);
+	EXPECT_EQ(4 * page_size(), e[0].length);
+	EXPECT_EQ(1u, g);
+	EXPECT_EQ(g, c.gen());
 
-  // Reported once; the id is gone.
-  EXPECT_TRUE(c.drain().empty());
-  EXPECT_EQ(-ENOENT, c.unreg(id));
-  mrn_query q = c.query();
-  EXPECT_EQ(0u, q.registrations);
-  EXPECT_EQ(0u, q.dirty);
-  EXPECT_EQ(1u, q.invalidated);
-  EXPECT_EQ(1u, q.drained);
+	// Reported once; the id is gone.
+	EXPECT_TRUE(c.drain().empty());
+	EXPECT_EQ(-ENOENT, c.unreg(id));
+	mrn_query q = c.query();
+	EXPECT_EQ(0u, q.registrations);
+	EXPECT_EQ(0u, q.dirty);
+	EXPECT_EQ(1u, q.invalidated);
+	EXPECT_EQ(1u, q.drained);
 }
 
-TEST(Register, UnregisterCleanThenAgainIsENOENT) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map m(page_size());
-  int64_t id = c.reg(m.get(), m.size());
-  ASSERT_GT(id, 0);
-  EXPECT_EQ(0, c.unreg(id));
-  EXPECT_EQ(-ENOENT, c.unreg(id));
-  // An unregistered range is no longer watched.
-  m.touch();
-  ASSERT_EQ(0, munmap(m.get(), m.size()));
-  m.release();
-  EXPECT_EQ(0u, c.gen());
-  EXPECT_TRUE(c.drain().empty());
+TEST(Register, UnregisterCleanThenAgainIsENOENT)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	int64_t id = c.reg(m.get(), m.size());
+	ASSERT_GT(id, 0);
+	EXPECT_EQ(0, c.unreg(id));
+	EXPECT_EQ(-ENOENT, c.unreg(id));
+	// An unregistered range is no longer watched.
+	m.touch();
+	ASSERT_EQ(0, munmap(m.get(), m.size()));
+	m.release();
+	EXPECT_EQ(0u, c.gen());
+	EXPECT_TRUE(c.drain().empty());
 }
 
-TEST(Register, UnregisterDirtyReportsWasDirtyAndDrainSkipsIt) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map a(page_size()), b(page_size());
-  int64_t ia = c.reg(a.get(), a.size(), 1);
-  int64_t ib = c.reg(b.get(), b.size(), 2);
-  ASSERT_GT(ia, 0);
-  ASSERT_GT(ib, 0);
-  ASSERT_EQ(0, madvise(a.get(), a.size(), MADV_DONTNEED));
-  ASSERT_EQ(0, madvise(b.get(), b.size(), MADV_DONTNEED));
-  EXPECT_EQ(2u, c.gen());
-  EXPECT_EQ(MRN_UNREGISTER_WAS_DIRTY, c.unreg(ia));
-  EXPECT_EQ(-ENOENT, c.unreg(ia));
-  auto e = c.drain();
-  ASSERT_EQ(1u, e.size());
-  EXPECT_EQ(static_cast<uint64_t>(ib), e[0].id);
-  mrn_query q = c.query();
-  EXPECT_EQ(1u, q.unregistered_dirty);
-  EXPECT_EQ(0u, q.registrations);
+TEST(Register, UnregisterDirtyReportsWasDirtyAndDrainSkipsIt)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map a(page_size()), b(page_size());
+	int64_t ia = c.reg(a.get(), a.size(), 1);
+	int64_t ib = c.reg(b.get(), b.size(), 2);
+	ASSERT_GT(ia, 0);
+	ASSERT_GT(ib, 0);
+	ASSERT_EQ(0, madvise(a.get(), a.size(), MADV_DONTNEED));
+	ASSERT_EQ(0, madvise(b.get(), b.size(), MADV_DONTNEED));
+	EXPECT_EQ(2u, c.gen());
+	EXPECT_EQ(MRN_UNREGISTER_WAS_DIRTY, c.unreg(ia));
+	EXPECT_EQ(-ENOENT, c.unreg(ia));
+	auto e = c.drain();
+	ASSERT_EQ(1u, e.size());
+	EXPECT_EQ(static_cast<uint64_t>(ib), e[0].id);
+	mrn_query q = c.query();
+	EXPECT_EQ(1u, q.unregistered_dirty);
+	EXPECT_EQ(0u, q.registrations);
 }
 
-TEST(Register, ByteRangesNeedNoAlignment) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  const size_t ps = page_size();
-  Map m(3 * ps);
-  m.touch();
-  // 50 bytes inside page 1 only.
-  char *p = m.get() + ps + 100;
-  int64_t id = c.reg(p, 50, 7);
-  ASSERT_GT(id, 0);
-  ASSERT_EQ(0, madvise(m.get(), ps, MADV_DONTNEED));          // page 0
-  ASSERT_EQ(0, madvise(m.get() + 2 * ps, ps, MADV_DONTNEED));  // page 2
-  EXPECT_EQ(0u, c.gen());
-  ASSERT_EQ(0, madvise(m.get() + ps, ps, MADV_DONTNEED));      // page 1
-  EXPECT_EQ(1u, c.gen());
-  auto e = c.drain();
-  ASSERT_EQ(1u, e.size());
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(p), e[0].addr);
-  EXPECT_EQ(50u, e[0].length);
-  EXPECT_EQ(7u, e[0].cookie);
-  // A range that straddles a page boundary covers both pages.
-  int64_t id2 = c.reg(m.get() + ps - 1, 2, 8);
-  ASSERT_GT(id2, 0);
-  ASSERT_EQ(0, madvise(m.get() + ps, ps, MADV_DONTNEED));
-  EXPECT_EQ(std::set<uint64_t>{static_cast<uint64_t>(id2)}, c.drain_ids());
+TEST(Register, ByteRangesNeedNoAlignment)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	const size_t ps = page_size();
+	Map m(3 * ps);
+	m.touch();
+	// 50 bytes inside page 1 only.
+	char *p = m.get() + ps + 100;
+	int64_t id = c.reg(p, 50, 7);
+	ASSERT_GT(id, 0);
+	ASSERT_EQ(0, madvise(m.get(), ps, MADV_DONTNEED));          // page 0
+	ASSERT_EQ(0, madvise(m.get() + 2 * ps, ps, MADV_DONTNEED)); // page 2
+	EXPECT_EQ(0u, c.gen());
+	ASSERT_EQ(0, madvise(m.get() + ps, ps, MADV_DONTNEED)); // page 1
+	EXPECT_EQ(1u, c.gen());
+	auto e = c.drain();
+	ASSERT_EQ(1u, e.size());
+	EXPECT_EQ(reinterpret_cast<uintptr_t>(p), e[0].addr);
+	EXPECT_EQ(50u, e[0].length);
+	EXPECT_EQ(7u, e[0].cookie);
+	// A range that straddles a page boundary covers both pages.
+	int64_t id2 = c.reg(m.get() + ps - 1, 2, 8);
+	ASSERT_GT(id2, 0);
+	ASSERT_EQ(0, madvise(m.get() + ps, ps, MADV_DONTNEED));
+	EXPECT_EQ(std::set<uint64_t>{static_cast<uint64_t>(id2)}, c.drain_ids());
 }
 
-TEST(Register, RangeNotMappedYetIsWatchedOnceMapped) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  const size_t ps = page_size();
-  Map hole(4 * ps);
-  char *p = hole.get();
-  ASSERT_EQ(0, munmap(p, 4 * ps));
-  hole.release();
-  int64_t id = c.reg(p, 4 * ps, 3);
-  ASSERT_GT(id, 0);
-  void *q = mmap(p, 4 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  ASSERT_EQ(static_cast<void *>(p), q);
-  EXPECT_EQ(0u, c.gen());  // mapping into a hole replaces nothing
-  ASSERT_EQ(0, munmap(p, 4 * ps));
-  EXPECT_EQ(std::set<uint64_t>{static_cast<uint64_t>(id)}, c.drain_ids());
+TEST(Register, RangeNotMappedYetIsWatchedOnceMapped)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	const size_t ps = page_size();
+	Map hole(4 * ps);
+	char *p = hole.get();
+	ASSERT_EQ(0, munmap(p, 4 * ps));
+	hole.release();
+	int64_t id = c.reg(p, 4 * ps, 3);
+	ASSERT_GT(id, 0);
+	void *q = mmap(p, 4 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+		       -1, 0);
+	ASSERT_EQ(static_cast<void *>(p), q);
+	EXPECT_EQ(0u, c.gen()); // mapping into a hole replaces nothing
+	ASSERT_EQ(0, munmap(p, 4 * ps));
+	EXPECT_EQ(std::set<uint64_t>{static_cast<uint64_t>(id)}, c.drain_ids());
 }
 
-TEST(Register, IdsAreNotReusedSoon) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map m(page_size());
-  std::set<int64_t> seen;
-  int64_t last = 0;
-  for (int i = 0; i < 200; i++) {
-    int64_t id = c.reg(m.get(), m.size());
-    ASSERT_GT(id, 0);
-    EXPECT_GT(id, last);
-    EXPECT_TRUE(seen.insert(id).second);
-    last = id;
-    ASSERT_EQ(0, c.unreg(id));
-  }
+TEST(Register, IdsAreNotReusedSoon)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	std::set<int64_t> seen;
+	int64_t last = 0;
+	for (int i = 0; i < 200; i++) {
+		int64_t id = c.reg(m.get(), m.size());
+		ASSERT_GT(id, 0);
+		EXPECT_GT(id, last);
+		EXPECT_TRUE(seen.insert(id).second);
+		last = id;
+		ASSERT_EQ(0, c.unreg(id));
+	}
 }
 
 // --- malformed ioctls ------------------------------------------------------
 
 struct RegCase {
-  const char *what;
-  uint32_t size;
-  uint32_t flags;
-  uint64_t addr;
-  uint64_t length;
-  bool dirty_tail;
-  int err;
+	const char *what;
+	uint32_t size;
+	uint32_t flags;
+	uint64_t addr;
+	uint64_t length;
+	bool dirty_tail;
+	int err;
 };
 
-TEST(Malformed, RegisterTable) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map m(page_size());
-  const uint64_t a = reinterpret_cast<uintptr_t>(m.get());
-  const uint64_t ps = page_size();
-  const uint64_t top = mrn::task_size();
-  const RegCase cases[] = {
-      {"size 0", 0, 0, a, ps, false, EINVAL},
-      {"size 8", 8, 0, a, ps, false, EINVAL},
-      {"size v1-1", MRN_REGISTER_SIZE_VER1 - 1, 0, a, ps, false, EINVAL},
-      {"size > page", static_cast<uint32_t>(ps) + 8, 0, a, ps, false, E2BIG},
-      {"nonzero tail", MRN_REGISTER_SIZE_VER1 + 8, 0, a, ps, true, E2BIG},
-      {"unknown flag bit 0", sizeof(mrn_register), 1, a, ps, false, EINVAL},
-      {"unknown flag bit 31", sizeof(mrn_register), 1u << 31, a, ps, false, EINVAL},
-      {"zero length", sizeof(mrn_register), 0, a, 0, false, EINVAL},
-      {"wraps", sizeof(mrn_register), 0, a, ~0ULL - a + 2, false, EOVERFLOW},
-      {"wraps from top", sizeof(mrn_register), 0, ~0ULL - 10, 20, false, EOVERFLOW},
-      {"kernel half", sizeof(mrn_register), 0, 0xffff888000000000ULL, ps, false, EFAULT},
-      {"crosses TASK_SIZE", sizeof(mrn_register), 0, top - ps, 2 * ps, false, EFAULT},
-      {"starts at TASK_SIZE", sizeof(mrn_register), 0, top, 1, false, EFAULT},
-      {"huge length", sizeof(mrn_register), 0, 0, 1ULL << 62, false, EFAULT},
-  };
-  for (const auto &tc : cases) {
-    std::vector<uint64_t> buf(ps / 8 + 8, 0);
-    auto *r = reinterpret_cast<mrn_register *>(buf.data());
-    r->size = tc.size;
-    r->flags = tc.flags;
-    r->addr = tc.addr;
-    r->length = tc.length;
-    if (tc.dirty_tail) buf[MRN_REGISTER_SIZE_VER1 / 8] = 1;
-    errno = 0;
-    EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, buf.data())) << tc.what;
-    EXPECT_EQ(tc.err, errno) << tc.what;
-  }
-  EXPECT_EQ(0u, c.query().registrations);
-  // The largest range that ends exactly at TASK_SIZE is fine.
-  EXPECT_GT(c.reg_raw(top - ps, ps), 0);
-  EXPECT_GT(c.reg_raw(0, ps), 0);  // page zero is a user address
-  // A larger struct with a zero tail is accepted (newer header, older module).
-  std::vector<uint64_t> big(16, 0);
-  auto *r = reinterpret_cast<mrn_register *>(big.data());
-  r->size = 64;
-  r->addr = a;
-  r->length = 1;
-  ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_REGISTER, big.data()));
-  EXPECT_GT(r->id, 0u);
-  // Bad argument pointers.
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, nullptr));
-  EXPECT_EQ(EFAULT, errno);
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, reinterpret_cast<void *>(0xffff888000000000ULL)));
-  EXPECT_EQ(EFAULT, errno);
+TEST(Malformed, RegisterTable)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	const uint64_t a = reinterpret_cast<uintptr_t>(m.get());
+	const uint64_t ps = page_size();
+	const uint64_t top = mrn::task_size();
+	const RegCase cases[] = {
+		{"size 0", 0, 0, a, ps, false, EINVAL},
+		{"size 8", 8, 0, a, ps, false, EINVAL},
+		{"size v1-1", MRN_REGISTER_SIZE_VER1 - 1, 0, a, ps, false, EINVAL},
+		{"size > page", static_cast<uint32_t>(ps) + 8, 0, a, ps, false, E2BIG},
+		{"nonzero tail", MRN_REGISTER_SIZE_VER1 + 8, 0, a, ps, true, E2BIG},
+		{"unknown flag bit 0", sizeof(mrn_register), 1, a, ps, false, EINVAL},
+		{"unknown flag bit 31", sizeof(mrn_register), 1u << 31, a, ps, false, EINVAL},
+		{"zero length", sizeof(mrn_register), 0, a, 0, false, EINVAL},
+		{"wraps", sizeof(mrn_register), 0, a, ~0ULL - a + 2, false, EOVERFLOW},
+		{"wraps from top", sizeof(mrn_register), 0, ~0ULL - 10, 20, false, EOVERFLOW},
+		{"kernel half", sizeof(mrn_register), 0, 0xffff888000000000ULL, ps, false, EFAULT},
+		{"crosses TASK_SIZE", sizeof(mrn_register), 0, top - ps, 2 * ps, false, EFAULT},
+		{"starts at TASK_SIZE", sizeof(mrn_register), 0, top, 1, false, EFAULT},
+		{"huge length", sizeof(mrn_register), 0, 0, 1ULL << 62, false, EFAULT},
+	};
+	for (const auto &tc : cases) {
+		std::vector<uint64_t> buf(ps / 8 + 8, 0);
+		auto *r = reinterpret_cast<mrn_register *>(buf.data());
+		r->size = tc.size;
+		r->flags = tc.flags;
+		r->addr = tc.addr;
+		r->length = tc.length;
+		if (tc.dirty_tail)
+			buf[MRN_REGISTER_SIZE_VER1 / 8] = 1;
+		errno = 0;
+		EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, buf.data())) << tc.what;
+		EXPECT_EQ(tc.err, errno) << tc.what;
+	}
+	EXPECT_EQ(0u, c.query().registrations);
+	// The largest range that ends exactly at TASK_SIZE is fine.
+	EXPECT_GT(c.reg_raw(top - ps, ps), 0);
+	EXPECT_GT(c.reg_raw(0, ps), 0); // page zero is a user address
+	// A larger struct with a zero tail is accepted (newer header, older module).
+	std::vector<uint64_t> big(16, 0);
+	auto *r = reinterpret_cast<mrn_register *>(big.data());
+	r->size = 64;
+	r->addr = a;
+	r->length = 1;
+	ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_REGISTER, big.data()));
+	EXPECT_GT(r->id, 0u);
+	// Bad argument pointers.
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, nullptr));
+	EXPECT_EQ(EFAULT, errno);
+	errno = 0;
+	EXPECT_EQ(-1,
+		  ioctl(c.fd(), MRN_IOC_REGISTER, reinterpret_cast<void *>(0xffff888000000000ULL)));
+	EXPECT_EQ(EFAULT, errno);
 }
 
-TEST(Malformed, RegisterOutputNotWritableIsEFAULTAndNothingRegistered) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map data(page_size());
-  Map ro(page_size());
-  auto *r = reinterpret_cast<mrn_register *>(ro.get());
-  r->size = sizeof(*r);
-  r->addr = reinterpret_cast<uintptr_t>(data.get());
-  r->length = 1;
-  ASSERT_EQ(0, mprotect(ro.get(), ro.size(), PROT_READ));
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, r));
-  EXPECT_EQ(EFAULT, errno);
-  EXPECT_EQ(0u, c.query().registrations);
+TEST(Malformed, RegisterOutputNotWritableIsEFAULTAndNothingRegistered)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map data(page_size());
+	Map ro(page_size());
+	auto *r = reinterpret_cast<mrn_register *>(ro.get());
+	r->size = sizeof(*r);
+	r->addr = reinterpret_cast<uintptr_t>(data.get());
+	r->length = 1;
+	ASSERT_EQ(0, mprotect(ro.get(), ro.size(), PROT_READ));
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, r));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(0u, c.query().registrations);
 }
 
-TEST(Malformed, UnregisterTable) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  Map m(page_size());
-  int64_t id = c.reg(m.get(), m.size());
-  ASSERT_GT(id, 0);
-  struct {
-    const char *what;
-    uint32_t size;
-    uint32_t flags;
-    uint64_t id;
-    int err;
-  } cases[] = {
-      {"size 0", 0, 0, static_cast<uint64_t>(id), EINVAL},
-      {"size 8", 8, 0, static_cast<uint64_t>(id), EINVAL},
-      {"size > page", static_cast<uint32_t>(page_size()) + 1, 0, static_cast<uint64_t>(id), E2BIG},
-      {"flags", sizeof(mrn_unregister), 1, static_cast<uint64_t>(id), EINVAL},
-      {"id 0", sizeof(mrn_unregister), 0, 0, ENOENT},
-      {"unknown id", sizeof(mrn_unregister), 0, static_cast<uint64_t>(id) + 1000, ENOENT},
-      {"id above u32", sizeof(mrn_unregister), 0, (1ULL << 32) + static_cast<uint64_t>(id), ENOENT},
-      {"id all ones", sizeof(mrn_unregister), 0, ~0ULL, ENOENT},
-  };
-  for (const auto &tc : cases) {
-    mrn_unregister u;
-    memset(&u, 0, sizeof(u));
-    u.size = tc.size;
-    u.flags = tc.flags;
-    u.id = tc.id;
-    errno = 0;
-    EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_UNREGISTER, &u)) << tc.what;
-    EXPECT_EQ(tc.err, errno) << tc.what;
-  }
-  // None of that touched the registration.
-  EXPECT_EQ(1u, c.query().registrations);
-  EXPECT_EQ(0, c.unreg(id));
-  EXPECT_EQ(-ENOENT, c.unreg(id));  // double unregister
+TEST(Malformed, UnregisterTable)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	int64_t id = c.reg(m.get(), m.size());
+	ASSERT_GT(id, 0);
+	struct {
+		const char *what;
+		uint32_t size;
+		uint32_t flags;
+		uint64_t id;
+		int err;
+	} cases[] = {
+		{"size 0", 0, 0, static_cast<uint64_t>(id), EINVAL},
+		{"size 8", 8, 0, static_cast<uint64_t>(id), EINVAL},
+		{"size > page", static_cast<uint32_t>(page_size()) + 1, 0,
+		 static_cast<uint64_t>(id), E2BIG},
+		{"flags", sizeof(mrn_unregister), 1, static_cast<uint64_t>(id), EINVAL},
+		{"id 0", sizeof(mrn_unregister), 0, 0, ENOENT},
+		{"unknown id", sizeof(mrn_unregister), 0, static_cast<uint64_t>(id) + 1000, ENOENT},
+		{"id above u32", sizeof(mrn_unregister), 0,
+		 (1ULL << 32) + static_cast<uint64_t>(id), ENOENT},
+		{"id all ones", sizeof(mrn_unregister), 0, ~0ULL, ENOENT},
+	};
+	for (const auto &tc : cases) {
+		mrn_unregister u;
+		memset(&u, 0, sizeof(u));
+		u.size = tc.size;
+		u.flags = tc.flags;
+		u.id = tc.id;
+		errno = 0;
+		EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_UNREGISTER, &u)) << tc.what;
+		EXPECT_EQ(tc.err, errno) << tc.what;
+	}
+	// None of that touched the registration.
+	EXPECT_EQ(1u, c.query().registrations);
+	EXPECT_EQ(0, c.unreg(id));
+	EXPECT_EQ(-ENOENT, c.unreg(id)); // double unregister
 }
 
-TEST(Malformed, DrainTable) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  std::vector<mrn_dirty_entry> buf(4);
-  struct {
-    const char *what;
-    uint32_t size;
-    uint32_t flags;
-    uint32_t entry_size;
-    int err;
-  } cases[] = {
-      {"size 0", 0, 0, sizeof(mrn_dirty_entry), EINVAL},
-      {"size v1-8", MRN_DRAIN_SIZE_VER1 - 8, 0, sizeof(mrn_dirty_entry), EINVAL},
-      {"flags", sizeof(mrn_drain), 4, sizeof(mrn_dirty_entry), EINVAL},
-      {"entry_size 0", sizeof(mrn_drain), 0, 0, EINVAL},
-      {"entry_size 16", sizeof(mrn_drain), 0, 16, EINVAL},
-      {"entry_size 33", sizeof(mrn_drain), 0, 33, EINVAL},
-      {"entry_size 8192", sizeof(mrn_drain), 0, 8192, EINVAL},
-  };
-  for (const auto &tc : cases) {
-    mrn_drain d;
-    memset(&d, 0, sizeof(d));
-    d.size = tc.size;
-    d.flags = tc.flags;
-    d.entries = reinterpret_cast<uintptr_t>(buf.data());
-    d.capacity = 4;
-    d.entry_size = tc.entry_size;
-    errno = 0;
-    EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d)) << tc.what;
-    EXPECT_EQ(tc.err, errno) << tc.what;
-  }
+TEST(Malformed, DrainTable)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	std::vector<mrn_dirty_entry> buf(4);
+	struct {
+		const char *what;
+		uint32_t size;
+		uint32_t flags;
+		uint32_t entry_size;
+		int err;
+	} cases[] = {
+		{"size 0", 0, 0, sizeof(mrn_dirty_entry), EINVAL},
+		{"size v1-8", MRN_DRAIN_SIZE_VER1 - 8, 0, sizeof(mrn_dirty_entry), EINVAL},
+		{"flags", sizeof(mrn_drain), 4, sizeof(mrn_dirty_entry), EINVAL},
+		{"entry_size 0", sizeof(mrn_drain), 0, 0, EINVAL},
+		{"entry_size 16", sizeof(mrn_drain), 0, 16, EINVAL},
+		{"entry_size 33", sizeof(mrn_drain), 0, 33, EINVAL},
+		{"entry_size 8192", sizeof(mrn_drain), 0, 8192, EINVAL},
+	};
+	for (const auto &tc : cases) {
+		mrn_drain d;
+		memset(&d, 0, sizeof(d));
+		d.size = tc.size;
+		d.flags = tc.flags;
+		d.entries = reinterpret_cast<uintptr_t>(buf.data());
+		d.capacity = 4;
+		d.entry_size = tc.entry_size;
+		errno = 0;
+		EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d)) << tc.what;
+		EXPECT_EQ(tc.err, errno) << tc.what;
+	}
 }
 
-TEST(Malformed, QueryAndUnknownCommands) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  std::vector<uint64_t> buf(64, 0);
-  auto *q = reinterpret_cast<mrn_query *>(buf.data());
-  q->size = MRN_QUERY_SIZE_VER1 - 8;
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
-  EXPECT_EQ(EINVAL, errno);
-  q->size = sizeof(mrn_query);
-  q->flags = 2;
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
-  EXPECT_EQ(EINVAL, errno);
-  q->flags = 0;
-  q->size = sizeof(mrn_query) + 16;
-  buf[sizeof(mrn_query) / 8 + 1] = 5;
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
-  EXPECT_EQ(E2BIG, errno);
-  buf[sizeof(mrn_query) / 8 + 1] = 0;
-  EXPECT_EQ(0, ioctl(c.fd(), MRN_IOC_QUERY, q));
-  EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), q->abi_version);
-  EXPECT_EQ(0u, buf[sizeof(mrn_query) / 8 + 1]);  // the tail is not written
+TEST(Malformed, QueryAndUnknownCommands)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	std::vector<uint64_t> buf(64, 0);
+	auto *q = reinterpret_cast<mrn_query *>(buf.data());
+	q->size = MRN_QUERY_SIZE_VER1 - 8;
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
+	EXPECT_EQ(EINVAL, errno);
+	q->size = sizeof(mrn_query);
+	q->flags = 2;
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
+	EXPECT_EQ(EINVAL, errno);
+	q->flags = 0;
+	q->size = sizeof(mrn_query) + 16;
+	buf[sizeof(mrn_query) / 8 + 1] = 5;
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
+	EXPECT_EQ(E2BIG, errno);
+	buf[sizeof(mrn_query) / 8 + 1] = 0;
+	EXPECT_EQ(0, ioctl(c.fd(), MRN_IOC_QUERY, q));
+	EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), q->abi_version);
+	EXPECT_EQ(0u, buf[sizeof(mrn_query) / 8 + 1]); // the tail is not written
 
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), _IOWR(MRN_IOC_MAGIC, 9, struct mrn_query), q));
-  EXPECT_EQ(ENOTTY, errno);
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), _IOWR('x', 4, struct mrn_query), q));
-  EXPECT_EQ(ENOTTY, errno);
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), _IO(MRN_IOC_MAGIC, 4), q));
-  EXPECT_EQ(ENOTTY, errno);
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), _IOR(MRN_IOC_MAGIC, 4, struct mrn_query), q));
-  EXPECT_EQ(ENOTTY, errno);
-  // The size bits of the command are not what counts: the size field is.
-  memset(buf.data(), 0, buf.size() * 8);
-  q->size = sizeof(mrn_query);
-  EXPECT_EQ(0, ioctl(c.fd(), _IOWR(MRN_IOC_MAGIC, 4, char[512]), q));
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IOWR(MRN_IOC_MAGIC, 9, struct mrn_query), q));
+	EXPECT_EQ(ENOTTY, errno);
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IOWR('x', 4, struct mrn_query), q));
+	EXPECT_EQ(ENOTTY, errno);
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IO(MRN_IOC_MAGIC, 4), q));
+	EXPECT_EQ(ENOTTY, errno);
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IOR(MRN_IOC_MAGIC, 4, struct mrn_query), q));
+	EXPECT_EQ(ENOTTY, errno);
+	// The size bits of the command are not what counts: the size field is.
+	memset(buf.data(), 0, buf.size() * 8);
+	q->size = sizeof(mrn_query);
+	EXPECT_EQ(0, ioctl(c.fd(), _IOWR(MRN_IOC_MAGIC, 4, char[512]), q));
 }
 
-TEST(Drain, BadPointerIsEFAULTAndLosesNothing) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  const size_t ps = page_size();
-  Map m(8 * ps);
-  std::set<uint64_t> ids;
-  for (int i = 0; i < 8; i++) ids.insert(static_cast<uint64_t>(c.reg(m.get() + i * ps, ps, i)));
-  ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
-  EXPECT_EQ(8u, c.gen());
+TEST(Drain, BadPointerIsEFAULTAndLosesNothing)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	const size_t ps = page_size();
+	Map m(8 * ps);
+	std::set<uint64_t> ids;
+	for (int i = 0; i < 8; i++)
+		ids.insert(static_cast<uint64_t>(c.reg(m.get() + i * ps, ps, i)));
+	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
+	EXPECT_EQ(8u, c.gen());
 
-  mrn_drain d;
-  memset(&d, 0, sizeof(d));
-  d.size = sizeof(d);
-  d.entries = 0xffff888000000000ULL;
-  d.capacity = 8;
-  d.entry_size = sizeof(mrn_dirty_entry);
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
-  EXPECT_EQ(EFAULT, errno);
-  d.entries = 0;
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
-  EXPECT_EQ(EFAULT, errno);
+	mrn_drain d;
+	memset(&d, 0, sizeof(d));
+	d.size = sizeof(d);
+	d.entries = 0xffff888000000000ULL;
+	d.capacity = 8;
+	d.entry_size = sizeof(mrn_dirty_entry);
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
+	EXPECT_EQ(EFAULT, errno);
+	d.entries = 0;
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
+	EXPECT_EQ(EFAULT, errno);
 
-  // A buffer whose second half is not writable: entries 0-3 are written
-  // before the fault, and still nothing may be lost.
-  Map buf(2 * ps);
-  ASSERT_EQ(0, mprotect(buf.get() + ps, ps, PROT_READ));
-  d.entries = reinterpret_cast<uintptr_t>(buf.get() + ps - 4 * sizeof(mrn_dirty_entry));
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
-  EXPECT_EQ(EFAULT, errno);
-  EXPECT_EQ(8u, c.query().dirty);
+	// A buffer whose second half is not writable: entries 0-3 are written
+	// before the fault, and still nothing may be lost.
+	Map buf(2 * ps);
+	ASSERT_EQ(0, mprotect(buf.get() + ps, ps, PROT_READ));
+	d.entries = reinterpret_cast<uintptr_t>(buf.get() + ps - 4 * sizeof(mrn_dirty_entry));
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(8u, c.query().dirty);
 
-  // Header not writable (read-only struct): EFAULT, nothing lost.
-  Map hdr(ps);
-  std::vector<mrn_dirty_entry> out(8);
-  auto *hd = reinterpret_cast<mrn_drain *>(hdr.get());
-  *hd = d;
-  hd->entries = reinterpret_cast<uintptr_t>(out.data());
-  ASSERT_EQ(0, mprotect(hdr.get(), ps, PROT_READ));
-  errno = 0;
-  EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, hd));
-  EXPECT_EQ(EFAULT, errno);
+	// Header not writable (read-only struct): EFAULT, nothing lost.
+	Map hdr(ps);
+	std::vector<mrn_dirty_entry> out(8);
+	auto *hd = reinterpret_cast<mrn_drain *>(hdr.get());
+	*hd = d;
+	hd->entries = reinterpret_cast<uintptr_t>(out.data());
+	ASSERT_EQ(0, mprotect(hdr.get(), ps, PROT_READ));
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, hd));
+	EXPECT_EQ(EFAULT, errno);
 
-  EXPECT_EQ(ids, c.drain_ids());
-  EXPECT_EQ(8u, c.query().drained);
+	EXPECT_EQ(ids, c.drain_ids());
+	EXPECT_EQ(8u, c.query().drained);
 }
 
-TEST(Drain, CapacityAndMore) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  const size_t ps = page_size();
-  Map m(10 * ps);
-  std::set<uint64_t> ids;
-  for (int i = 0; i < 10; i++) ids.insert(static_cast<uint64_t>(c.reg(m.get() + i * ps, ps, 100 + i)));
-  ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
-  EXPECT_EQ(10u, c.gen());
+TEST(Drain, CapacityAndMore)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	const size_t ps = page_size();
+	Map m(10 * ps);
+	std::set<uint64_t> ids;
+	for (int i = 0; i < 10; i++)
+		ids.insert(static_cast<uint64_t>(c.reg(m.get() + i * ps, ps, 100 + i)));
+	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
+	EXPECT_EQ(10u, c.gen());
 
-  std::vector<mrn_dirty_entry> got;
-  bool more = false;
-  uint64_t g = 0;
-  ASSERT_EQ(0, c.drain_once(&got, 0, &more, &g));  // a peek
-  EXPECT_TRUE(got.empty());
-  EXPECT_TRUE(more);
-  EXPECT_EQ(10u, g);
-  ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
-  EXPECT_EQ(3u, got.size());
-  EXPECT_TRUE(more);
-  ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
-  ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
-  EXPECT_EQ(9u, got.size());
-  EXPECT_TRUE(more);
-  ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
-  EXPECT_EQ(10u, got.size());
-  EXPECT_FALSE(more);
-  EXPECT_EQ(c.gen(), g);
-  std::set<uint64_t> seen;
-  for (const auto &e : got) {
-    EXPECT_TRUE(seen.insert(e.id).second);
-    EXPECT_EQ(e.cookie - 100, (e.addr - reinterpret_cast<uintptr_t>(m.get())) / ps);
-  }
-  EXPECT_EQ(ids, seen);
+	std::vector<mrn_dirty_entry> got;
+	bool more = false;
+	uint64_t g = 0;
+	ASSERT_EQ(0, c.drain_once(&got, 0, &more, &g)); // a peek
+	EXPECT_TRUE(got.empty());
+	EXPECT_TRUE(more);
+	EXPECT_EQ(10u, g);
+	ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
+	EXPECT_EQ(3u, got.size());
+	EXPECT_TRUE(more);
+	ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
+	ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
+	EXPECT_EQ(9u, got.size());
+	EXPECT_TRUE(more);
+	ASSERT_EQ(0, c.drain_once(&got, 3, &more, &g));
+	EXPECT_EQ(10u, got.size());
+	EXPECT_FALSE(more);
+	EXPECT_EQ(c.gen(), g);
+	std::set<uint64_t> seen;
+	for (const auto &e : got) {
+		EXPECT_TRUE(seen.insert(e.id).second);
+		EXPECT_EQ(e.cookie - 100, (e.addr - reinterpret_cast<uintptr_t>(m.get())) / ps);
+	}
+	EXPECT_EQ(ids, seen);
 }
 
-TEST(Drain, LargerEntrySizeIsZeroFilled) {
-  Ctx c;
-  ASSERT_TRUE(c.ok());
-  const size_t ps = page_size();
-  Map m(2 * ps);
-  ASSERT_GT(c.reg(m.get(), ps, 11), 0);
-  ASSERT_GT(c.reg(m.get() + ps, ps, 12), 0);
-  ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
-  std::vector<unsigned char> buf(3 * 48, 0xAA);
-  mrn_drain d;
-  memset(&d, 0, sizeof(d));
-  d.size = sizeof(d);
-  d.entries = reinterpret_cast<uintptr_t>(buf.data());
-  d.capacity = 3;
-  d.entry_size = 48;
-  ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
-  ASSERT_EQ(2u, d.count);
-  for (int i = 0; i < 2; i++) {
-    mrn_dirty_entry e;
-    memcpy(&e, &buf[i * 48], sizeof(e));
-    EXPECT_TRUE(e.cookie == 11 || e.cookie == 12);
-    for (int j = 32; j < 48; j++) EXPECT_EQ(0, buf[i * 48 + j]);
-  }
-  EXPECT_EQ(0xAA, buf[2 * 48]);  // beyond count: untouched
+TEST(Drain, LargerEntrySizeIsZeroFilled)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	const size_t ps = page_size();
+	Map m(2 * ps);
+	ASSERT_GT(c.reg(m.get(), ps, 11), 0);
+	ASSERT_GT(c.reg(m.get() + ps, ps, 12), 0);
+	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
+	std::vector<unsigned char> buf(3 * 48, 0xAA);
+	mrn_drain d;
+	memset(&d, 0, sizeof(d));
+	d.size = sizeof(d);
+	d.entries = reinterpret_cast<uintptr_t>(buf.data());
+	d.capacity = 3;
+	d.entry_size = 48;
+	ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
+	ASSERT_EQ(2u, d.count);
+	for (int i = 0; i < 2; i++) {
+		mrn_dirty_entry e;
+		memcpy(&e, &buf[i * 48], sizeof(e));
+		EXPECT_TRUE(e.cookie == 11 || e.cookie == 12);
+		for (int j = 32; j < 48; j++)
+			EXPECT_EQ(0, buf[i * 48 + j]);
+	}
+	EXPECT_EQ(0xAA, buf[2 * 48]); // beyond count: untouched
 }
 
-TEST(Contexts, ManyPerProcessAreIndependent) {
-  const int n = 64;
-  std::vector<std::unique_ptr<Ctx>> ctxs;
-  Map m(2 * page_size());
-  std::vector<int64_t> ids;
-  for (int i = 0; i < n; i++) {
-    ctxs.emplace_back(new Ctx());
-    ASSERT_TRUE(ctxs.back()->ok());
-    // Everyone watches page 0; odd contexts watch page 1 as well.
-    ids.push_back(ctxs.back()->reg(m.get(), page_size(), i));
-    ASSERT_GT(ids.back(), 0);
-    if (i & 1) {
-      ASSERT_GT(ctxs.back()->reg(m.get() + page_size(), page_size(), 1000 + i), 0);
-    }
-  }
-  ASSERT_EQ(0, madvise(m.get() + page_size(), page_size(), MADV_DONTNEED));
-  for (int i = 0; i < n; i++) EXPECT_EQ((i & 1) ? 1u : 0u, ctxs[i]->gen()) << i;
-  ASSERT_EQ(0, madvise(m.get(), page_size(), MADV_DONTNEED));
-  for (int i = 0; i < n; i++) {
-    auto e = ctxs[i]->drain();
-    EXPECT_EQ((i & 1) ? 2u : 1u, e.size()) << i;
-  }
-  // Closing half of them leaves the others working.
-  for (int i = 0; i < n; i += 2) ctxs[i].reset();
-  Map m2(page_size());
-  for (int i = 1; i < n; i += 2) ASSERT_GT(ctxs[i]->reg(m2.get(), m2.size(), i), 0);
-  ASSERT_EQ(0, madvise(m2.get(), m2.size(), MADV_DONTNEED));
-  for (int i = 1; i < n; i += 2) EXPECT_EQ(1u, ctxs[i]->drain().size()) << i;
+TEST(Contexts, ManyPerProcessAreIndependent)
+{
+	const int n = 64;
+	std::vector<std::unique_ptr<Ctx>> ctxs;
+	Map m(2 * page_size());
+	std::vector<int64_t> ids;
+	for (int i = 0; i < n; i++) {
+		ctxs.emplace_back(new Ctx());
+		ASSERT_TRUE(ctxs.back()->ok());
+		// Everyone watches page 0; odd contexts watch page 1 as well.
+		ids.push_back(ctxs.back()->reg(m.get(), page_size(), i));
+		ASSERT_GT(ids.back(), 0);
+		if (i & 1) {
+			ASSERT_GT(ctxs.back()->reg(m.get() + page_size(), page_size(), 1000 + i),
+				  0);
+		}
+	}
+	ASSERT_EQ(0, madvise(m.get() + page_size(), page_size(), MADV_DONTNEED));
+	for (int i = 0; i < n; i++)
+		EXPECT_EQ((i & 1) ? 1u : 0u, ctxs[i]->gen()) << i;
+	ASSERT_EQ(0, madvise(m.get(), page_size(), MADV_DONTNEED));
+	for (int i = 0; i < n; i++) {
+		auto e = ctxs[i]->drain();
+		EXPECT_EQ((i & 1) ? 2u : 1u, e.size()) << i;
+	}
+	// Closing half of them leaves the others working.
+	for (int i = 0; i < n; i += 2)
+		ctxs[i].reset();
+	Map m2(page_size());
+	for (int i = 1; i < n; i += 2)
+		ASSERT_GT(ctxs[i]->reg(m2.get(), m2.size(), i), 0);
+	ASSERT_EQ(0, madvise(m2.get(), m2.size(), MADV_DONTNEED));
+	for (int i = 1; i < n; i += 2)
+		EXPECT_EQ(1u, ctxs[i]->drain().size()) << i;
 }
 
-}  // namespace
+} // namespace

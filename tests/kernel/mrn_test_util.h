@@ -24,207 +24,253 @@
 
 namespace mrn {
 
-inline size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+inline size_t page_size()
+{
+	return static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 // One context: the fd plus its status page.
 class Ctx {
- public:
-  explicit Ctx(bool map_status = true) {
-    fd_ = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
-    if (fd_ >= 0 && map_status) {
-      void *p = mmap(nullptr, page_size(), PROT_READ, MAP_SHARED, fd_, 0);
-      if (p != MAP_FAILED) status_ = static_cast<const mrn_status *>(p);
-    }
-  }
-  ~Ctx() { close_fd(); }
-  Ctx(const Ctx &) = delete;
-  Ctx &operator=(const Ctx &) = delete;
+public:
+	explicit Ctx(bool map_status = true)
+	{
+		fd_ = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+		if (fd_ >= 0 && map_status) {
+			void *p = mmap(nullptr, page_size(), PROT_READ, MAP_SHARED, fd_, 0);
+			if (p != MAP_FAILED)
+				status_ = static_cast<const mrn_status *>(p);
+		}
+	}
+	~Ctx() { close_fd(); }
+	Ctx(const Ctx &) = delete;
+	Ctx &operator=(const Ctx &) = delete;
 
-  void close_fd() {
-    if (status_) munmap(const_cast<mrn_status *>(status_), page_size());
-    status_ = nullptr;
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  int fd() const { return fd_; }
-  bool ok() const { return fd_ >= 0 && status_ != nullptr; }
-  const mrn_status *status() const { return status_; }
+	void close_fd()
+	{
+		if (status_)
+			munmap(const_cast<mrn_status *>(status_), page_size());
+		status_ = nullptr;
+		if (fd_ >= 0)
+			close(fd_);
+		fd_ = -1;
+	}
+	int fd() const { return fd_; }
+	bool ok() const { return fd_ >= 0 && status_ != nullptr; }
+	const mrn_status *status() const { return status_; }
 
-  uint64_t gen() const { return __atomic_load_n(&status_->generation, __ATOMIC_ACQUIRE); }
+	uint64_t gen() const { return __atomic_load_n(&status_->generation, __ATOMIC_ACQUIRE); }
 
-  // Returns the id (> 0) or -errno.
-  int64_t reg(const void *addr, size_t len, uint64_t cookie = 0) const {
-    return reg_raw(reinterpret_cast<uintptr_t>(addr), len, cookie);
-  }
-  int64_t reg_raw(uint64_t addr, uint64_t len, uint64_t cookie = 0) const {
-    mrn_register r;
-    memset(&r, 0, sizeof(r));
-    r.size = sizeof(r);
-    r.addr = addr;
-    r.length = len;
-    r.cookie = cookie;
-    if (ioctl(fd_, MRN_IOC_REGISTER, &r) != 0) return -errno;
-    return static_cast<int64_t>(r.id);
-  }
-  // Returns 0, MRN_UNREGISTER_WAS_DIRTY or -errno.
-  int unreg(uint64_t id) const {
-    mrn_unregister u;
-    memset(&u, 0, sizeof(u));
-    u.size = sizeof(u);
-    u.id = id;
-    int rc = ioctl(fd_, MRN_IOC_UNREGISTER, &u);
-    return rc < 0 ? -errno : rc;
-  }
-  // One DRAIN call; returns 0 or -errno.
-  int drain_once(std::vector<mrn_dirty_entry> *out, uint32_t capacity, bool *more = nullptr,
-                 uint64_t *generation = nullptr) const {
-    std::vector<mrn_dirty_entry> buf(capacity ? capacity : 1);
-    mrn_drain d;
-    memset(&d, 0, sizeof(d));
-    d.size = sizeof(d);
-    d.entries = reinterpret_cast<uintptr_t>(buf.data());
-    d.capacity = capacity;
-    d.entry_size = sizeof(mrn_dirty_entry);
-    if (ioctl(fd_, MRN_IOC_DRAIN, &d) != 0) return -errno;
-    for (uint32_t i = 0; i < d.count; i++) out->push_back(buf[i]);
-    if (more) *more = d.out_flags & MRN_DRAIN_MORE;
-    if (generation) *generation = d.generation;
-    return 0;
-  }
-  // Drains until MORE is clear; returns every entry.
-  std::vector<mrn_dirty_entry> drain(uint32_t batch = 256, uint64_t *generation = nullptr) const {
-    std::vector<mrn_dirty_entry> all;
-    bool more = true;
-    while (more) {
-      if (drain_once(&all, batch, &more, generation) != 0) break;
-    }
-    return all;
-  }
-  std::set<uint64_t> drain_ids() const {
-    std::set<uint64_t> ids;
-    for (const auto &e : drain()) ids.insert(e.id);
-    return ids;
-  }
-  mrn_query query() const {
-    mrn_query q;
-    memset(&q, 0, sizeof(q));
-    q.size = sizeof(q);
-    if (ioctl(fd_, MRN_IOC_QUERY, &q) != 0) memset(&q, 0xff, sizeof(q));
-    return q;
-  }
+	// Returns the id (> 0) or -errno.
+	int64_t reg(const void *addr, size_t len, uint64_t cookie = 0) const
+	{
+		return reg_raw(reinterpret_cast<uintptr_t>(addr), len, cookie);
+	}
+	int64_t reg_raw(uint64_t addr, uint64_t len, uint64_t cookie = 0) const
+	{
+		mrn_register r;
+		memset(&r, 0, sizeof(r));
+		r.size = sizeof(r);
+		r.addr = addr;
+		r.length = len;
+		r.cookie = cookie;
+		if (ioctl(fd_, MRN_IOC_REGISTER, &r) != 0)
+			return -errno;
+		return static_cast<int64_t>(r.id);
+	}
+	// Returns 0, MRN_UNREGISTER_WAS_DIRTY or -errno.
+	int unreg(uint64_t id) const
+	{
+		mrn_unregister u;
+		memset(&u, 0, sizeof(u));
+		u.size = sizeof(u);
+		u.id = id;
+		int rc = ioctl(fd_, MRN_IOC_UNREGISTER, &u);
+		return rc < 0 ? -errno : rc;
+	}
+	// One DRAIN call; returns 0 or -errno.
+	int drain_once(std::vector<mrn_dirty_entry> *out, uint32_t capacity, bool *more = nullptr,
+		       uint64_t *generation = nullptr) const
+	{
+		std::vector<mrn_dirty_entry> buf(capacity ? capacity : 1);
+		mrn_drain d;
+		memset(&d, 0, sizeof(d));
+		d.size = sizeof(d);
+		d.entries = reinterpret_cast<uintptr_t>(buf.data());
+		d.capacity = capacity;
+		d.entry_size = sizeof(mrn_dirty_entry);
+		if (ioctl(fd_, MRN_IOC_DRAIN, &d) != 0)
+			return -errno;
+		for (uint32_t i = 0; i < d.count; i++)
+			out->push_back(buf[i]);
+		if (more)
+			*more = d.out_flags & MRN_DRAIN_MORE;
+		if (generation)
+			*generation = d.generation;
+		return 0;
+	}
+	// Drains until MORE is clear; returns every entry.
+	std::vector<mrn_dirty_entry> drain(uint32_t batch = 256,
+					   uint64_t *generation = nullptr) const
+	{
+		std::vector<mrn_dirty_entry> all;
+		bool more = true;
+		while (more) {
+			if (drain_once(&all, batch, &more, generation) != 0)
+				break;
+		}
+		return all;
+	}
+	std::set<uint64_t> drain_ids() const
+	{
+		std::set<uint64_t> ids;
+		for (const auto &e : drain())
+			ids.insert(e.id);
+		return ids;
+	}
+	mrn_query query() const
+	{
+		mrn_query q;
+		memset(&q, 0, sizeof(q));
+		q.size = sizeof(q);
+		if (ioctl(fd_, MRN_IOC_QUERY, &q) != 0)
+			memset(&q, 0xff, sizeof(q));
+		return q;
+	}
 
- private:
-  int fd_ = -1;
-  const mrn_status *status_ = nullptr;
+private:
+	int fd_ = -1;
+	const mrn_status *status_ = nullptr;
 };
 
 // Anonymous private mapping, unmapped by the destructor unless released.
 class Map {
- public:
-  explicit Map(size_t len, int prot = PROT_READ | PROT_WRITE, int flags = MAP_PRIVATE | MAP_ANONYMOUS)
-      : len_(len) {
-    void *p = mmap(nullptr, len, prot, flags, -1, 0);
-    p_ = p == MAP_FAILED ? nullptr : static_cast<char *>(p);
-  }
-  ~Map() {
-    if (p_) munmap(p_, len_);
-  }
-  Map(const Map &) = delete;
-  Map &operator=(const Map &) = delete;
-  char *get() const { return p_; }
-  size_t size() const { return len_; }
-  void touch() const {
-    for (size_t o = 0; o < len_; o += page_size()) p_[o] = 1;
-  }
-  void release() { p_ = nullptr; }
+public:
+	explicit Map(size_t len, int prot = PROT_READ | PROT_WRITE,
+		     int flags = MAP_PRIVATE | MAP_ANONYMOUS)
+	    : len_(len)
+	{
+		void *p = mmap(nullptr, len, prot, flags, -1, 0);
+		p_ = p == MAP_FAILED ? nullptr : static_cast<char *>(p);
+	}
+	~Map()
+	{
+		if (p_)
+			munmap(p_, len_);
+	}
+	Map(const Map &) = delete;
+	Map &operator=(const Map &) = delete;
+	char *get() const { return p_; }
+	size_t size() const { return len_; }
+	void touch() const
+	{
+		for (size_t o = 0; o < len_; o += page_size())
+			p_[o] = 1;
+	}
+	void release() { p_ = nullptr; }
 
- private:
-  size_t len_;
-  char *p_;
+private:
+	size_t len_;
+	char *p_;
 };
 
 // A mapping of an unlinked temporary file of len bytes, every page touched
 // (read, so that a private mapping still maps the page cache).
 class FileMap {
- public:
-  FileMap(size_t len, int flags) : len_(len) {
-    char path[] = "/tmp/mrn-file-XXXXXX";
-    fd_ = mkstemp(path);
-    if (fd_ < 0) return;
-    unlink(path);
-    if (ftruncate(fd_, static_cast<off_t>(len)) != 0) return;
-    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd_, 0);
-    if (p == MAP_FAILED) return;
-    p_ = static_cast<char *>(p);
-    for (size_t o = 0; o < len; o += page_size()) {
-      volatile char sink = p_[o];
-      (void)sink;
-    }
-  }
-  ~FileMap() {
-    if (p_) munmap(p_, len_);
-    if (fd_ >= 0) close(fd_);
-  }
-  FileMap(const FileMap &) = delete;
-  FileMap &operator=(const FileMap &) = delete;
-  char *get() const { return p_; }
-  int fd() const { return fd_; }
+public:
+	FileMap(size_t len, int flags) : len_(len)
+	{
+		char path[] = "/tmp/mrn-file-XXXXXX";
+		fd_ = mkstemp(path);
+		if (fd_ < 0)
+			return;
+		unlink(path);
+		if (ftruncate(fd_, static_cast<off_t>(len)) != 0)
+			return;
+		void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd_, 0);
+		if (p == MAP_FAILED)
+			return;
+		p_ = static_cast<char *>(p);
+		for (size_t o = 0; o < len; o += page_size()) {
+			volatile char sink = p_[o];
+			(void)sink;
+		}
+	}
+	~FileMap()
+	{
+		if (p_)
+			munmap(p_, len_);
+		if (fd_ >= 0)
+			close(fd_);
+	}
+	FileMap(const FileMap &) = delete;
+	FileMap &operator=(const FileMap &) = delete;
+	char *get() const { return p_; }
+	int fd() const { return fd_; }
 
- private:
-  size_t len_;
-  int fd_ = -1;
-  char *p_ = nullptr;
+private:
+	size_t len_;
+	int fd_ = -1;
+	char *p_ = nullptr;
 };
 
 // The highest user address + 1 (TASK_SIZE): 47-bit unless the CPU and
 // kernel use 5-level paging (qemu's -cpu max has LA57), probed with a
 // mapping above the 47-bit line.
-inline uint64_t task_size() {
-  const uint64_t ps = page_size();
-  void *want = reinterpret_cast<void *>(1ULL << 47);
-  void *p = mmap(want, ps, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  if (p == MAP_FAILED) return (1ULL << 47) - ps;
-  munmap(p, ps);
-  return p == want ? (1ULL << 56) - ps : (1ULL << 47) - ps;
+inline uint64_t task_size()
+{
+	const uint64_t ps = page_size();
+	void *want = reinterpret_cast<void *>(1ULL << 47);
+	void *p = mmap(want, ps, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
+		       0);
+	if (p == MAP_FAILED)
+		return (1ULL << 47) - ps;
+	munmap(p, ps);
+	return p == want ? (1ULL << 56) - ps : (1ULL << 47) - ps;
 }
 
 // Module-wide counters from /sys/class/misc/mrnotify/stats (root only).
-inline std::map<std::string, long long> global_stats() {
-  std::map<std::string, long long> m;
-  std::ifstream f("/sys/class/misc/mrnotify/stats");
-  std::string k;
-  long long v;
-  while (f >> k >> v) m[k] = v;
-  return m;
+inline std::map<std::string, long long> global_stats()
+{
+	std::map<std::string, long long> m;
+	std::ifstream f("/sys/class/misc/mrnotify/stats");
+	std::string k;
+	long long v;
+	while (f >> k >> v)
+		m[k] = v;
+	return m;
 }
 
 // Physical frame behind addr from /proc/self/pagemap (root), 0 if none.
-inline uint64_t pfn_of(const void *addr) {
-  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  uint64_t e = 0;
-  off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page_size() * 8);
-  ssize_t n = pread(fd, &e, sizeof(e), off);
-  close(fd);
-  if (n != sizeof(e) || !(e & (1ULL << 63))) return 0;
-  return e & ((1ULL << 55) - 1);
+inline uint64_t pfn_of(const void *addr)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	uint64_t e = 0;
+	off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page_size() * 8);
+	ssize_t n = pread(fd, &e, sizeof(e), off);
+	close(fd);
+	if (n != sizeof(e) || !(e & (1ULL << 63)))
+		return 0;
+	return e & ((1ULL << 55) - 1);
 }
 
 // Slab/kernel memory in bytes from /proc/meminfo ("Slab:" etc.).
-inline long long meminfo_bytes(const std::string &key) {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.compare(0, key.size() + 1, key + ":") == 0) {
-      std::istringstream is(line.substr(key.size() + 1));
-      long long kb = 0;
-      is >> kb;
-      return kb * 1024;
-    }
-  }
-  return -1;
+inline long long meminfo_bytes(const std::string &key)
+{
+	std::ifstream f("/proc/meminfo");
+	std::string line;
+	while (std::getline(f, line)) {
+		if (line.compare(0, key.size() + 1, key + ":") == 0) {
+			std::istringstream is(line.substr(key.size() + 1));
+			long long kb = 0;
+			is >> kb;
+			return kb * 1024;
+		}
+	}
+	return -1;
 }
 
-}  // namespace mrn
+} // namespace mrn
 
-#endif  // MRN_TEST_UTIL_H
+#endif // MRN_TEST_UTIL_H

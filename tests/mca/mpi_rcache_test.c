@@ -70,8 +70,8 @@ static void *map(size_t size)
 }
 
 /* One exchange around the ring: send to rank+1, receive from rank-1. */
-static void ring_exchange(unsigned char *sbuf, unsigned char *rbuf, size_t size, int iter,
-			  int tag, MPI_Comm comm, const char *what)
+static void ring_exchange(unsigned char *sbuf, unsigned char *rbuf, size_t size, int iter, int tag,
+			  MPI_Comm comm, const char *what)
 {
 	const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
 
@@ -117,7 +117,7 @@ static void p2p_remap(int tag, MPI_Comm comm)
 /* One-sided: put, get and accumulate on a window over user memory. */
 static void osc(void)
 {
-	const size_t n = 1 << 16;	/* doubles per rank's window */
+	const size_t n = 1 << 16; /* doubles per rank's window */
 	const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
 	double *win_mem = map(n * sizeof(double));
 	double *src = map(n * sizeof(double));
@@ -127,7 +127,7 @@ static void osc(void)
 	MPI_Win_create(win_mem, (MPI_Aint)(n * sizeof(double)), sizeof(double), MPI_INFO_NULL,
 		       MPI_COMM_WORLD, &win);
 	for (int it = 0; it < iters; it++) {
-		const size_t cnt = (size_t)1 << (4 + it % 13);	/* 16 .. 64Ki doubles */
+		const size_t cnt = (size_t)1 << (4 + it % 13); /* 16 .. 64Ki doubles */
 
 		for (size_t i = 0; i < n; i++)
 			win_mem[i] = -1.0;
@@ -139,14 +139,16 @@ static void osc(void)
 		for (size_t i = 0; i < cnt; i++)
 			if (win_mem[i] != prev * 1e6 + it * 1e3 + (double)i)
 				fail("put", cnt * sizeof(double), i * sizeof(double),
-				     (unsigned)win_mem[i], (unsigned)(prev * 1e6 + it * 1e3 + (double)i));
+				     (unsigned)win_mem[i],
+				     (unsigned)(prev * 1e6 + it * 1e3 + (double)i));
 		MPI_Win_fence(0, win);
 		MPI_Get(dst, (int)cnt, MPI_DOUBLE, next, 0, (int)cnt, MPI_DOUBLE, win);
 		MPI_Win_fence(0, win);
 		/* next's window holds what rank (its prev) put there. */
 		for (size_t i = 0; i < cnt; i++)
 			if (dst[i] != rank * 1e6 + it * 1e3 + (double)i)
-				fail("get", cnt * sizeof(double), i * sizeof(double), (unsigned)dst[i],
+				fail("get", cnt * sizeof(double), i * sizeof(double),
+				     (unsigned)dst[i],
 				     (unsigned)(rank * 1e6 + it * 1e3 + (double)i));
 		for (size_t i = 0; i < cnt; i++)
 			src[i] = 1.0;
@@ -241,7 +243,8 @@ int main(int argc, char **argv)
 			}
 			if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
 			    WEXITSTATUS(status) != 0) {
-				fprintf(stderr, "mpi_rcache_test: rank %d: fork %d failed\n", rank, how);
+				fprintf(stderr, "mpi_rcache_test: rank %d: fork %d failed\n", rank,
+					how);
 				MPI_Abort(MPI_COMM_WORLD, 5);
 			}
 		}

@@ -55,9 +55,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PAGE 4096UL
+#define PAGE  4096UL
 #define MAGIC 0x6d726e31u
-#define DEAD 0xdeaddeadu
+#define DEAD  0xdeaddeadu
 
 static int passed, failed, skipped;
 /* The benchmark's figure, printed as the very last line. */
@@ -101,10 +101,10 @@ static void skip(const char *name, const char *why)
 
 struct ctx {
 	const char *name;
-	int record_pfns;	/* snapshot page frames at registration */
-	long live_limit;	/* > 0: OUT_OF_RESOURCE beyond this many live */
-	long regs, deregs;	/* atomics */
-	long bad;		/* callbacks that saw something wrong */
+	int record_pfns;   /* snapshot page frames at registration */
+	long live_limit;   /* > 0: OUT_OF_RESOURCE beyond this many live */
+	long regs, deregs; /* atomics */
+	long bad;          /* callbacks that saw something wrong */
 };
 
 struct test_reg {
@@ -175,8 +175,8 @@ static mca_rcache_base_module_t *create(const char *component, const char *cache
 	return mca_rcache_base_module_create(component, NULL, &res);
 }
 
-static struct test_reg *reg_get(mca_rcache_base_module_t *m, void *addr, size_t len,
-				uint32_t flags, int32_t access, int *rc)
+static struct test_reg *reg_get(mca_rcache_base_module_t *m, void *addr, size_t len, uint32_t flags,
+				int32_t access, int *rc)
 {
 	mca_rcache_base_registration_t *reg = NULL;
 
@@ -191,8 +191,8 @@ static void reg_put(mca_rcache_base_module_t *m, struct test_reg *r)
 
 static void *map_pages(size_t npages)
 {
-	void *p = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		       -1, 0);
+	void *p = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		       0);
 
 	if (p == MAP_FAILED) {
 		perror("mmap");
@@ -307,7 +307,8 @@ static void t_flags(void)
 		/* Not visible to lookups of cached registrations. */
 		d = reg_get(m, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
 		if (d == a || d == b || c.regs != 3) {
-			result(0, T, "a plain register returned the %s registration", flags[i].name);
+			result(0, T, "a plain register returned the %s registration",
+			       flags[i].name);
 			mca_rcache_base_module_destroy(m);
 			continue;
 		}
@@ -315,7 +316,8 @@ static void t_flags(void)
 		reg_put(m, a);
 		reg_put(m, b);
 		if (c.deregs != 2) {
-			result(0, T, "%ld deregistered after releasing both (expected 2)", c.deregs);
+			result(0, T, "%ld deregistered after releasing both (expected 2)",
+			       c.deregs);
 			mca_rcache_base_module_destroy(m);
 			continue;
 		}
@@ -349,9 +351,11 @@ static void t_upgrade(void)
 	CHECK(T, a, "register failed (%d)", rc);
 	reg_put(m, a);
 	b = reg_get(m, buf + PAGE, 2 * PAGE, 0, MCA_RCACHE_ACCESS_REMOTE_READ, &rc);
-	CHECK(T, b && b != a && c.regs == 2, "upgrade: %p (old %p), %ld register calls",
-	      (void *)b, (void *)a, c.regs);
-	CHECK(T, b->base.access_flags == (MCA_RCACHE_ACCESS_LOCAL_WRITE | MCA_RCACHE_ACCESS_REMOTE_READ),
+	CHECK(T, b && b != a && c.regs == 2, "upgrade: %p (old %p), %ld register calls", (void *)b,
+	      (void *)a, c.regs);
+	CHECK(T,
+	      b->base.access_flags ==
+		      (MCA_RCACHE_ACCESS_LOCAL_WRITE | MCA_RCACHE_ACCESS_REMOTE_READ),
 	      "access_flags %#x, expected the union 0x3", b->base.access_flags);
 	CHECK(T, b->base.base == buf && b->base.bound == buf + 3 * PAGE - 1,
 	      "range [%p, %p], expected the union [%p, %p]", (void *)b->base.base,
@@ -359,8 +363,8 @@ static void t_upgrade(void)
 	CHECK(T, c.deregs == 1, "the superseded idle registration was not deregistered (%ld)",
 	      c.deregs);
 	d = reg_get(m, buf, PAGE, 0, MCA_RCACHE_ACCESS_LOCAL_WRITE, &rc);
-	CHECK(T, d == b && c.regs == 2, "the old access now gets %p, not the union %p",
-	      (void *)d, (void *)b);
+	CHECK(T, d == b && c.regs == 2, "the old access now gets %p, not the union %p", (void *)d,
+	      (void *)b);
 	reg_put(m, d);
 	reg_put(m, b);
 	end_case(T, m, &c, buf, 4);
@@ -388,15 +392,15 @@ static void t_find_evict(void)
 	for (int i = 0; i < 4; i++)
 		reg_put(m, r[i]);
 	rc = m->rcache_find(m, buf + 2 * PAGE + 10, 100, &f);
-	CHECK(T, rc == OPAL_SUCCESS && (struct test_reg *)f == r[1], "find returned %p, expected %p",
-	      (void *)f, (void *)r[1]);
+	CHECK(T, rc == OPAL_SUCCESS && (struct test_reg *)f == r[1],
+	      "find returned %p, expected %p", (void *)f, (void *)r[1]);
 	/* Held by find: evict may take the three others, and not it. */
 	while (m->rcache_evict(m))
 		n++;
-	CHECK(T, n == 3 && c.deregs == 3, "%d evicted, %ld deregistered (expected 3)", n,
-	      c.deregs);
+	CHECK(T, n == 3 && c.deregs == 3, "%d evicted, %ld deregistered (expected 3)", n, c.deregs);
 	m->rcache_deregister(m, f);
-	CHECK(T, m->rcache_evict(m) && c.deregs == 4, "the released find reference was not evictable");
+	CHECK(T, m->rcache_evict(m) && c.deregs == 4,
+	      "the released find reference was not evictable");
 	CHECK(T, !m->rcache_evict(m), "evict with only a busy registration succeeded");
 	reg_put(m, busy);
 	end_case(T, m, &c, buf, 16);
@@ -425,7 +429,8 @@ static void t_out_of_resource(void)
 		int n = 0;
 
 		for (int i = 0; i < 3; i++) {
-			h[i] = reg_get(m, buf + (2 * i + 1) * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+			h[i] = reg_get(m, buf + (2 * i + 1) * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY,
+				       &rc);
 			n += h[i] != NULL;
 		}
 		r = reg_get(m, buf + 14 * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
@@ -441,7 +446,8 @@ static void t_out_of_resource(void)
 
 static void t_sharing(void)
 {
-	const char *T = "cache_name copied; modules with the same name and callbacks share one cache";
+	const char *T =
+		"cache_name copied; modules with the same name and callbacks share one cache";
 	struct ctx c = {.name = "share"}, other = {.name = "other"};
 	char *name = strdup("sem.shared"), *name2 = strdup("sem.shared");
 	mca_rcache_base_module_t *m1, *m2, *m3;
@@ -466,12 +472,12 @@ static void t_sharing(void)
 	reg_put(m1, a);
 	b = reg_get(m2, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
 	CHECK(T, b == a && c.regs == 1,
-	      "the second module of the same name got %p (first %p), %ld register calls: not shared (name not copied?)",
+	      "the second module of the same name got %p (first %p), %ld register calls: not "
+	      "shared (name not copied?)",
 	      (void *)b, (void *)a, c.regs);
 	/* Other callbacks' context: a registration of its own. */
 	d = reg_get(m3, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
-	CHECK(T, d && d != a && other.regs == 1, "a module with another context got %p",
-	      (void *)d);
+	CHECK(T, d && d != a && other.regs == 1, "a module with another context got %p", (void *)d);
 	reg_put(m3, d);
 	/* The first module goes; the cache lives on for the second. */
 	mca_rcache_base_module_destroy(m1);
@@ -528,8 +534,8 @@ static void t_leave_pinned_off(void)
 	b = reg_get(m2, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
 	if (b)
 		reg_put(m2, b);
-	result(a && b == a && c2.regs == 1 && c2.deregs == 0, T2, "%ld register calls, %ld deregister",
-	       c2.regs, c2.deregs);
+	result(a && b == a && c2.regs == 1 && c2.deregs == 0, T2,
+	       "%ld register calls, %ld deregister", c2.regs, c2.deregs);
 	mca_rcache_base_module_destroy(m2);
 	munmap(buf, 2 * PAGE);
 }
@@ -639,7 +645,8 @@ static int remap_probe(const char *component, const char *T, long *stale_pages)
 
 static void replacement(void)
 {
-	const char *T1 = "grdma hands back the stale registration after a raw mremap + mmap MAP_FIXED";
+	const char *T1 =
+		"grdma hands back the stale registration after a raw mremap + mmap MAP_FIXED";
 	const char *T2 = "mrnotify does not: a fresh registration of the new pages";
 	const char *mon = monitor_used();
 	long stale;
@@ -658,15 +665,17 @@ static void replacement(void)
 		       stale);
 	reused = remap_probe("mrnotify", T2, &stale);
 	if (reused >= 0)
-		result(reused == 0 && stale == 0, T2, "monitor %s: %s at the first lookup; %ld of 8 pages stale",
-		       mon, reused ? "the OLD registration was returned" : "new registration", stale);
+		result(reused == 0 && stale == 0, T2,
+		       "monitor %s: %s at the first lookup; %ld of 8 pages stale", mon,
+		       reused ? "the OLD registration was returned" : "new registration", stale);
 }
 
 /* --- monitor none: Open MPI's memory hooks feed the cache ------------------- */
 
 static void hooks(void)
 {
-	const char *T = "monitor none: an unmap through libc reaches the cache via Open MPI's hooks";
+	const char *T =
+		"monitor none: an unmap through libc reaches the cache via Open MPI's hooks";
 	const char *T2 = "monitor none: the registration after the remap maps the new pages";
 	struct ctx c = {.name = "hooks", .record_pfns = 1};
 	long stale;
@@ -688,13 +697,16 @@ static void hooks(void)
 	reg_put(m, b);
 	/* Through libc: Open MPI's patcher sees this one. */
 	munmap(buf, len);
-	CHECK(T, mmap(buf, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-		      -1, 0) == buf, "mmap: %s", strerror(errno));
+	CHECK(T,
+	      mmap(buf, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+		   0) == buf,
+	      "mmap: %s", strerror(errno));
 	memset(buf, 3, len);
 	b = reg_get(m, buf, len, 0, MCA_RCACHE_ACCESS_ANY, &rc);
 	/* (The new one may well reuse the old one's memory: count calls.) */
 	CHECK(T, b && c.regs == 2 && c.deregs == 1,
-	      "the old registration came back (%ld register, %ld deregister calls)", c.regs, c.deregs);
+	      "the old registration came back (%ld register, %ld deregister calls)", c.regs,
+	      c.deregs);
 	stale = b->pfns ? mrn_oracle_count_stale(buf, len, b->pfns) : -1;
 	reg_put(m, b);
 	mca_rcache_base_module_destroy(m);
@@ -718,11 +730,12 @@ static void hooks(void)
  */
 static void hooks_overflow(void)
 {
-	const char *T = "monitor none: 2,048 unmaps between calls (queue of 1,024) invalidate only near them";
+	const char *T = "monitor none: 2,048 unmaps between calls (queue of 1,024) invalidate only "
+			"near them";
 	struct ctx c = {.name = "overflow"};
 	mca_rcache_base_module_t *m = create("mrnotify", "overflow", &c);
 	const size_t npages = 4096, first = 1024, last = 3072;
-	const size_t at[4] = {0, 1100, 3000, npages - 1};	/* kept, queued, merged, kept */
+	const size_t at[4] = {0, 1100, 3000, npages - 1}; /* kept, queued, merged, kept */
 	struct test_reg *r[4];
 	unsigned char *region;
 	long regs;
@@ -739,28 +752,33 @@ static void hooks_overflow(void)
 	/* Through libc, one page at a time: each is a range for the hooks. */
 	for (size_t p = first; p < last; p++)
 		munmap(region + p * PAGE, PAGE);
-	CHECK(T, mmap(region + first * PAGE, (last - first) * PAGE, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == region + first * PAGE,
+	CHECK(T,
+	      mmap(region + first * PAGE, (last - first) * PAGE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == region + first * PAGE,
 	      "mmap: %s", strerror(errno));
 	memset(region + first * PAGE, 2, (last - first) * PAGE);
 	regs = c.regs;
 	for (int i = 0; i < 4; i++) {
-		struct test_reg *again = reg_get(m, region + at[i] * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+		struct test_reg *again = reg_get(m, region + at[i] * PAGE, PAGE, 0,
+						 MCA_RCACHE_ACCESS_ANY, &rc);
 		const bool hit = again == r[i] && c.regs == regs;
 
 		CHECK(T, again, "register %d after the unmaps failed (%d)", i, rc);
 		regs = c.regs;
 		reg_put(m, again);
 		if (i == 0 || i == 3)
-			CHECK(T, hit, "the registration at page %zu, 4 MiB from any unmap, was dropped "
-			      "(the overflow flushed the cache?)", at[i]);
+			CHECK(T, hit,
+			      "the registration at page %zu, 4 MiB from any unmap, was dropped "
+			      "(the overflow flushed the cache?)",
+			      at[i]);
 		else
 			CHECK(T, !hit, "the registration at unmapped page %zu came back (%s range)",
 			      at[i], i == 1 ? "queued" : "merged");
 	}
 	mca_rcache_base_module_destroy(m);
 	munmap(region, npages * PAGE);
-	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered", c.regs, c.deregs);
+	CHECK(T, c.regs == c.deregs && c.bad == 0, "%ld registered, %ld deregistered", c.regs,
+	      c.deregs);
 	result(1, T, NULL);
 }
 
@@ -775,10 +793,17 @@ static long parse_size(const char *s)
 		return 0;
 	v = strtol(s, &end, 10);
 	switch (*end) {
-	case 'k': case 'K': return v << 10;
-	case 'm': case 'M': return v << 20;
-	case 'g': case 'G': return v << 30;
-	default: return v;
+	case 'k':
+	case 'K':
+		return v << 10;
+	case 'm':
+	case 'M':
+		return v << 20;
+	case 'g':
+	case 'G':
+		return v << 30;
+	default:
+		return v;
 	}
 }
 
@@ -797,7 +822,8 @@ static void limits(void)
 		 p ? p : "-");
 	CHECK(T, m, "cannot create the cache");
 	for (int i = 0; i < 32; i++) {
-		struct test_reg *r = reg_get(m, buf + 2 * i * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
+		struct test_reg *r = reg_get(m, buf + 2 * i * PAGE, PAGE, 0, MCA_RCACHE_ACCESS_ANY,
+					     &rc);
 
 		CHECK(T, r, "register %d failed (%d)", i, rc);
 		reg_put(m, r);
@@ -815,7 +841,7 @@ static void limits(void)
 /* --- threads ------------------------------------------------------------------------ */
 
 #define T_PAGES 64
-#define T_OPS 20000
+#define T_OPS   20000
 
 struct thr {
 	mca_rcache_base_module_t *m;
@@ -874,7 +900,8 @@ static void *remapper(void *p)
 
 static void threads(void)
 {
-	const char *T = "threads: 4 registering at once (random ranges and access) while one remaps";
+	const char *T =
+		"threads: 4 registering at once (random ranges and access) while one remaps";
 	struct ctx c = {.name = "threads"};
 	mca_rcache_base_module_t *m = create("mrnotify", "threads", &c);
 	struct thr t[5];
@@ -884,7 +911,8 @@ static void threads(void)
 
 	CHECK(T, m, "cannot create the cache");
 	for (int i = 0; i < 5; i++) {
-		t[i] = (struct thr){.m = m, .region = region, .remapped = remapped, .seed = 7u * i + 1};
+		t[i] = (struct thr){
+			.m = m, .region = region, .remapped = remapped, .seed = 7u * i + 1};
 		pthread_create(&tid[i], NULL, i < 4 ? worker : remapper, &t[i]);
 	}
 	for (int i = 0; i < 4; i++)
@@ -929,8 +957,9 @@ static double time_hits(mca_rcache_base_module_t *m, unsigned char *base, const 
 			for (size_t i = 0; i < n_order; i++) {
 				mca_rcache_base_registration_t *reg;
 
-				if (m->rcache_register(m, base + (size_t)order[i] * 2 * PAGE + 64, 256, 0,
-						       MCA_RCACHE_ACCESS_REMOTE_READ, &reg) != OPAL_SUCCESS)
+				if (m->rcache_register(m, base + (size_t)order[i] * 2 * PAGE + 64,
+						       256, 0, MCA_RCACHE_ACCESS_REMOTE_READ,
+						       &reg) != OPAL_SUCCESS)
 					return -1;
 				m->rcache_deregister(m, reg);
 			}
@@ -960,8 +989,8 @@ static void bench(void)
 		return;
 	}
 	/* One page per entry with a gap page between, so none covers another. */
-	region = mmap(NULL, 2 * max * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		      -1, 0);
+	region = mmap(NULL, 2 * max * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		      0);
 	if (region == MAP_FAILED) {
 		result(0, "bench", "mmap: %s", strerror(errno));
 		return;
@@ -995,11 +1024,13 @@ static void bench(void)
 		tg = time_hits(g, region, order, n_order);
 		tm = time_hits(m, region, order, n_order);
 		if (tg < 0 || tm < 0) {
-			result(0, "bench", "a register failed in the timed loop (%s)", tg < 0 ? "grdma" : "mrnotify");
+			result(0, "bench", "a register failed in the timed loop (%s)",
+			       tg < 0 ? "grdma" : "mrnotify");
 			return;
 		}
 		if (cg.regs != gr || cm.regs != mr) {
-			result(0, "bench", "the timed loop registered (%ld grdma, %ld mrnotify): not all hits",
+			result(0, "bench",
+			       "the timed loop registered (%ld grdma, %ld mrnotify): not all hits",
 			       cg.regs - gr, cm.regs - mr);
 			return;
 		}
@@ -1011,7 +1042,8 @@ static void bench(void)
 	mca_rcache_base_module_destroy(m);
 	munmap(region, 2 * max * PAGE);
 	free(order);
-	result(cg.regs == cg.deregs && cm.regs == cm.deregs, "bench: every entry deregistered", NULL);
+	result(cg.regs == cg.deregs && cm.regs == cm.deregs, "bench: every entry deregistered",
+	       NULL);
 	hit_speedup = lowest;
 }
 
@@ -1034,17 +1066,19 @@ static void t_both_one(const char *component, int round)
 	const char *owner;
 	int rc;
 
-	snprintf(T, sizeof(T), "both builds loaded: %s cache, round %d: its own component, a hit, clean teardown",
+	snprintf(T, sizeof(T),
+		 "both builds loaded: %s cache, round %d: its own component, a hit, clean teardown",
 		 component, round);
 	CHECK(T, m, "cannot create the %s cache", component);
-	owner = m->rcache_component ? m->rcache_component->rcache_version.mca_component_name : "(none)";
+	owner = m->rcache_component ? m->rcache_component->rcache_version.mca_component_name
+				    : "(none)";
 	CHECK(T, !strcmp(owner, component), "the module's component is \"%s\"", owner);
 	a = reg_get(m, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
 	CHECK(T, a, "register failed (%d)", rc);
 	reg_put(m, a);
 	b = reg_get(m, buf, PAGE, 0, MCA_RCACHE_ACCESS_ANY, &rc);
-	CHECK(T, b == a && c.regs == 1, "no hit: %p vs %p, %ld register calls", (void *)b, (void *)a,
-	      c.regs);
+	CHECK(T, b == a && c.regs == 1, "no hit: %p vs %p, %ld register calls", (void *)b,
+	      (void *)a, c.regs);
 	reg_put(m, b);
 	end_case(T, m, &c, buf, 2);
 }
@@ -1055,8 +1089,9 @@ static void both(void)
 	mca_base_component_list_item_t *cli;
 
 	/* Both must be there, else this proves nothing. */
-	OPAL_LIST_FOREACH (cli, &opal_rcache_base_framework.framework_components,
-			   mca_base_component_list_item_t) {
+	OPAL_LIST_FOREACH(cli, &opal_rcache_base_framework.framework_components,
+			  mca_base_component_list_item_t)
+	{
 		if (!strcmp(cli->cli_component->mca_component_name, "mrnotify"))
 			seen[0] = cli->cli_component;
 		else if (!strcmp(cli->cli_component->mca_component_name, "grdma"))
@@ -1100,8 +1135,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	printf("# monitor %s, component path %s\n", monitor_env(),
-	       getenv("OMPI_MCA_mca_base_component_path") ? getenv("OMPI_MCA_mca_base_component_path")
-							  : "(default)");
+	       getenv("OMPI_MCA_mca_base_component_path")
+		       ? getenv("OMPI_MCA_mca_base_component_path")
+		       : "(default)");
 	for (int i = 0; i < nmodes; i++) {
 		if (!strcmp(modes[i], "semantics"))
 			semantics();

@@ -113,8 +113,8 @@ mca_rcache_base_module_t *create(const char *component, ctx *c)
 char *map_at(void *at, size_t len, bool raw)
 {
 	const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0);
-	void *p = raw ? reinterpret_cast<void *>(syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE,
-							  flags, -1, 0))
+	void *p = raw ? reinterpret_cast<void *>(
+				syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, flags, -1, 0))
 		      : mmap(at, len, PROT_READ | PROT_WRITE, flags, -1, 0);
 	return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
 }
@@ -205,29 +205,34 @@ void run(RcLoopback &rc)
 	int arrived;
 
 	{
-		const char *T = "grdma, raw munmap + mmap: the old registration, the RDMA WRITE lost (blind negative control)";
+		const char *T = "grdma, raw munmap + mmap: the old registration, the RDMA WRITE "
+				"lost (blind negative control)";
 		arrived = remap_scenario(b, "grdma", true, T, &regs, &reused);
 		if (arrived >= 0) {
-			std::snprintf(detail, sizeof(detail), "%s, %ld registration(s), the write %s",
+			std::snprintf(detail, sizeof(detail),
+				      "%s, %ld registration(s), the write %s",
 				      reused ? "old registration reused" : "new registration", regs,
 				      arrived ? "arrived" : "went to the old pages");
 			result(!arrived && reused, T, detail);
 		}
 	}
 	for (int raw = 1; raw >= 0; raw--) {
-		const char *T = raw ? "mrnotify, raw munmap + mmap: a new registration, the RDMA WRITE arrives"
-				    : "mrnotify, munmap + mmap through libc: a new registration, the RDMA WRITE arrives";
+		const char *T = raw ? "mrnotify, raw munmap + mmap: a new registration, the RDMA "
+				      "WRITE arrives"
+				    : "mrnotify, munmap + mmap through libc: a new registration, "
+				      "the RDMA WRITE arrives";
 		arrived = remap_scenario(b, "mrnotify", raw, T, &regs, &reused);
 		if (arrived >= 0) {
-			std::snprintf(detail, sizeof(detail), "%ld registrations, the write %s", regs,
-				      arrived ? "arrived" : "went to the old pages (STALE)");
+			std::snprintf(detail, sizeof(detail), "%ld registrations, the write %s",
+				      regs, arrived ? "arrived" : "went to the old pages (STALE)");
 			result(arrived && !reused && regs == 2, T, detail);
 		}
 	}
 
 	// Rounds: hits between remaps; every write must arrive, no stale hit.
 	{
-		const char *T = "mrnotify, 50 rounds of 4 writes with a raw remap between rounds: every write arrives";
+		const char *T = "mrnotify, 50 rounds of 4 writes with a raw remap between rounds: "
+				"every write arrives";
 		ctx c{&rc, 0, 0};
 		mca_rcache_base_module_t *m = create("mrnotify", &c);
 		const size_t len = 2 * kPage;
@@ -254,8 +259,9 @@ void run(RcLoopback &rc)
 		}
 		mca_rcache_base_module_destroy(m);
 		munmap(buf, len);
-		std::snprintf(detail, sizeof(detail), "%d of %d writes lost, %ld registrations (%d expected)",
-			      lost, rounds * 4, c.regs, rounds);
+		std::snprintf(detail, sizeof(detail),
+			      "%d of %d writes lost, %ld registrations (%d expected)", lost,
+			      rounds * 4, c.regs, rounds);
 		result(lost == 0 && c.regs == rounds && c.regs == c.deregs, T, detail);
 	}
 }
@@ -269,8 +275,10 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	if (opal_init(&argc, &argv) != OPAL_SUCCESS ||
-	    mca_base_framework_open(&opal_rcache_base_framework, MCA_BASE_OPEN_DEFAULT) != OPAL_SUCCESS) {
-		std::fprintf(stderr, "rcache_rxe_test: cannot initialize OPAL and the rcache framework\n");
+	    mca_base_framework_open(&opal_rcache_base_framework, MCA_BASE_OPEN_DEFAULT) !=
+		    OPAL_SUCCESS) {
+		std::fprintf(stderr,
+			     "rcache_rxe_test: cannot initialize OPAL and the rcache framework\n");
 		return 2;
 	}
 	try {

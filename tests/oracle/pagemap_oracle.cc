@@ -17,7 +17,10 @@ namespace {
 constexpr uint64_t kPresent = UINT64_C(1) << 63;
 constexpr uint64_t kPfnMask = (UINT64_C(1) << 55) - 1;
 
-size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+size_t page_size()
+{
+	return static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 class Fd {
 public:
@@ -108,7 +111,7 @@ extern "C" long mrn_oracle_count_stale(const void *addr, size_t len, const uint6
 namespace mrn::test {
 
 PinnedSnapshot::PinnedSnapshot(const void *addr, size_t len)
-	: addr_(addr), len_(len), pfns_(mrn_oracle_page_count(addr, len))
+    : addr_(addr), len_(len), pfns_(mrn_oracle_page_count(addr, len))
 {
 	const int rc = mrn_oracle_read_pfns(addr, len, pfns_.data());
 	if (rc < 0)

@@ -11,9 +11,8 @@
 namespace mrn::test {
 
 VerbsError::VerbsError(const std::string &what, int err)
-	: std::runtime_error(what + ": " + std::strerror(err)), err_(err)
-{
-}
+    : std::runtime_error(what + ": " + std::strerror(err)), err_(err)
+{}
 
 namespace {
 
@@ -100,8 +99,8 @@ void RcLoopback::connect(ibv_qp *qp, uint32_t remote_qpn)
 	a.pkey_index = 0;
 	a.port_num = port_;
 	a.qp_access_flags = kFullAccess;
-	int rc = ibv_modify_qp(qp, &a,
-			       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	int rc = ibv_modify_qp(
+		qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 	if (rc)
 		fail("ibv_modify_qp INIT", rc);
 
@@ -119,7 +118,8 @@ void RcLoopback::connect(ibv_qp *qp, uint32_t remote_qpn)
 	a.ah_attr.port_num = port_;
 	rc = ibv_modify_qp(qp, &a,
 			   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				   IBV_QP_MIN_RNR_TIMER);
 	if (rc)
 		fail("ibv_modify_qp RTR", rc);
 
@@ -178,7 +178,8 @@ void RcLoopback::wait_completion(uint64_t wr_id)
 			fail("ibv_poll_cq", EIO);
 		if (n == 1) {
 			if (wc.status != IBV_WC_SUCCESS)
-				fail(std::string("work completion: ") + ibv_wc_status_str(wc.status),
+				fail(std::string("work completion: ") +
+					     ibv_wc_status_str(wc.status),
 				     EIO);
 			if (wc.wr_id == wr_id)
 				return;

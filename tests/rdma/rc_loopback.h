@@ -26,7 +26,8 @@ private:
 	int err_;
 };
 
-template <typename T, int (*Destroy)(T *)> struct VerbsDeleter {
+template <typename T, int (*Destroy)(T *)>
+struct VerbsDeleter {
 	void operator()(T *p) const { Destroy(p); }
 };
 using ContextPtr = std::unique_ptr<ibv_context, VerbsDeleter<ibv_context, ibv_close_device>>;
@@ -37,8 +38,8 @@ using MrPtr = std::unique_ptr<ibv_mr, VerbsDeleter<ibv_mr, ibv_dereg_mr>>;
 
 // Access rights a test MR gets: enough to be the source or target of RDMA
 // WRITE and READ.
-constexpr int kFullAccess =
-	IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr int kFullAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_READ;
 
 class RcLoopback {
 public:

@@ -102,7 +102,8 @@ int main(int argc, char **argv)
 				first = i;
 		}
 		if (wrong) {
-			printf("ucx_mpi_remap: rank %d round %d%s: %zu of %zu bytes wrong, first at %zu\n",
+			printf("ucx_mpi_remap: rank %d round %d%s: %zu of %zu bytes wrong, first "
+			       "at %zu\n",
 			       rank, r, remapped ? " (remapped)" : "", wrong, size, first);
 			bad++;
 		}
@@ -117,9 +118,10 @@ int main(int argc, char **argv)
 		const char *result = total ? "corrupt" : "correct";
 
 		ok = !strcmp(result, expect);
-		printf("ucx_mpi_remap: %d rounds of %zu bytes each way%s: result: %s (%d rank-rounds wrong; expected %s) %s\n",
-		       rounds, size, declare_external ? ", external-never-reported" : "", result, total,
-		       expect, ok ? "PASS" : "FAIL");
+		printf("ucx_mpi_remap: %d rounds of %zu bytes each way%s: result: %s (%d "
+		       "rank-rounds wrong; expected %s) %s\n",
+		       rounds, size, declare_external ? ", external-never-reported" : "", result,
+		       total, expect, ok ? "PASS" : "FAIL");
 		fflush(stdout);
 	}
 	MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -28,8 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef ucs_status_t (*get_fn)(ucs_rcache_t *, void *, size_t, int, void *,
-			       ucs_rcache_region_t **);
+typedef ucs_status_t (*get_fn)(ucs_rcache_t *, void *, size_t, int, void *, ucs_rcache_region_t **);
 
 static ucs_status_t reg_nothing(void *context, ucs_rcache_t *rcache, void *arg,
 				ucs_rcache_region_t *region, uint16_t flags)
@@ -77,8 +76,8 @@ static double run(get_fn get, ucs_rcache_t *rc, char *buf, size_t page, const ui
 	const double t0 = now_ns();
 
 	for (size_t i = 0; i < hits; i++) {
-		if (get(rc, buf + (size_t)idx[i] * page + 64, 128, PROT_READ | PROT_WRITE, NULL, &r) !=
-		    UCS_OK)
+		if (get(rc, buf + (size_t)idx[i] * page + 64, 128, PROT_READ | PROT_WRITE, NULL,
+			&r) != UCS_OK)
 			die("ucs_rcache_get failed");
 		ucs_rcache_region_put(rc, r);
 	}
@@ -102,7 +101,8 @@ int main(int argc, char **argv)
 		else if (!strncmp(argv[i], "--max-ratio=", 12))
 			max_ratio = atof(argv[i] + 12);
 		else
-			die("usage: ucx_rcache_bench [--regions=N[,N...]] [--hits=M] [--reps=R] [--max-ratio=X]");
+			die("usage: ucx_rcache_bench [--regions=N[,N...]] [--hits=M] [--reps=R] "
+			    "[--max-ratio=X]");
 	}
 	if (hits == 0 || reps < 1)
 		die("--hits and --reps must be positive");
@@ -153,11 +153,13 @@ int main(int argc, char **argv)
 		char *buf = mmap(NULL, n * page, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		uint32_t *idx = malloc(hits * sizeof(*idx));
-		double *t_plain = calloc(reps, sizeof(double)), *t_int = calloc(reps, sizeof(double));
+		double *t_plain = calloc(reps, sizeof(double)),
+		       *t_int = calloc(reps, sizeof(double));
 		double *pair = calloc(reps, sizeof(double));
 		uint64_t x = 88172645463325252ull;
 
-		if (buf == MAP_FAILED || idx == NULL || t_plain == NULL || t_int == NULL || pair == NULL)
+		if (buf == MAP_FAILED || idx == NULL || t_plain == NULL || t_int == NULL ||
+		    pair == NULL)
 			die("out of memory");
 		memset(buf, 1, n * page);
 		if (ucs_rcache_create(&p, "bench", NULL, &rc) != UCS_OK)
@@ -166,8 +168,8 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < n; i++) {
 			ucs_rcache_region_t *r;
 
-			if (ucs_rcache_get(rc, buf + i * page, page, PROT_READ | PROT_WRITE, NULL, &r) !=
-			    UCS_OK)
+			if (ucs_rcache_get(rc, buf + i * page, page, PROT_READ | PROT_WRITE, NULL,
+					   &r) != UCS_OK)
 				die("registration failed");
 			ucs_rcache_region_put(rc, r);
 		}

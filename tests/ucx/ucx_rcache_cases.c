@@ -39,8 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SKIP 77
-#define NTHREADS 4
+#define SKIP        77
+#define NTHREADS    4
 #define LIMIT_PARAM "/sys/module/mrnotify/parameters/max_registrations"
 
 static size_t page;
@@ -70,7 +70,8 @@ static const ucs_rcache_ops_t ops = {
 
 static void die(const char *what, const char *detail)
 {
-	fprintf(stderr, "ucx_rcache_cases: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+	fprintf(stderr, "ucx_rcache_cases: %s%s%s\n", what, detail ? ": " : "",
+		detail ? detail : "");
 	exit(2);
 }
 
@@ -188,7 +189,8 @@ static int with_limit_of_one(char **argv)
 	if (getenv("UCX_RCACHE_CASES_LIMITED") != NULL)
 		return -1; /* we are that run */
 	if (set_limit("1", old, sizeof(old)) != 0) {
-		printf("ucx_rcache_cases: cannot set %s (not root, or no mrnotify.ko)\n", LIMIT_PARAM);
+		printf("ucx_rcache_cases: cannot set %s (not root, or no mrnotify.ko)\n",
+		       LIMIT_PARAM);
 		return SKIP;
 	}
 	pid = fork();
@@ -210,8 +212,8 @@ static int failed_watch(void)
 	char *p = map(4 * page);
 	int ok = 1;
 
-	use(ca, p, 4 * page);		/* watched */
-	use(cb, p + page, page);	/* inside it, another range: cannot be watched */
+	use(ca, p, 4 * page);    /* watched */
+	use(cb, p + page, page); /* inside it, another range: cannot be watched */
 	use(ca, p, 4 * page);
 	use(cb, p + page, page);
 	ok &= check("cache A registrations (its region stays cached)", a.regs, 1);
@@ -232,7 +234,8 @@ static int held;
 static void slow_handler(ucm_event_type_t type, ucm_event_t *event, void *arg)
 {
 	(void)type, (void)arg;
-	if (event->vm_unmapped.address == victim && !__atomic_exchange_n(&held, 1, __ATOMIC_RELAXED)) {
+	if (event->vm_unmapped.address == victim &&
+	    !__atomic_exchange_n(&held, 1, __ATOMIC_RELAXED)) {
 		const struct timespec ts = {0, 300 * 1000 * 1000};
 
 		nanosleep(&ts, NULL);
@@ -303,8 +306,7 @@ int main(int argc, char **argv)
 		if (rc >= 0)
 			return rc; /* the limited run's status */
 		rc = failed_watch();
-	}
-	else if (!strcmp(which, "drain-once"))
+	} else if (!strcmp(which, "drain-once"))
 		rc = drain_once();
 	else
 		die("unknown case", which);

@@ -87,8 +87,9 @@ static int regs_open(struct regs *r)
 	if (st != UCS_OK)
 		die("uct_query_components", ucs_status_string(st));
 	for (unsigned c = 0; c < ncomps && r->md == NULL; c++) {
-		uct_component_attr_t attr = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
-							   UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
+		uct_component_attr_t attr = {
+			.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+				      UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
 
 		if (uct_component_query(r->comps[c], &attr) != UCS_OK)
 			continue;
@@ -130,7 +131,8 @@ static void *reg(struct regs *r, void *addr, size_t len)
 
 	if (r->ucp != NULL) {
 		ucp_mem_map_params_t p = {
-			.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+			.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+				      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
 			.address = addr,
 			.length = len,
 		};
@@ -224,8 +226,9 @@ int main(int argc, char **argv)
 	    (strcmp(unmap_how, "libc") && strcmp(unmap_how, "raw")) ||
 	    (strcmp(expect, "fresh") && strcmp(expect, "stale") && strcmp(expect, "uncached")) ||
 	    npages == 0)
-		die("usage", "ucx_stale --api=ucp|uct --unmap=libc|raw --expect=fresh|stale|uncached "
-			     "[--declare-external] [--pages=N] [--md=NAME] [--fork]");
+		die("usage",
+		    "ucx_stale --api=ucp|uct --unmap=libc|raw --expect=fresh|stale|uncached "
+		    "[--declare-external] [--pages=N] [--md=NAME] [--fork]");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!mrn_oracle_available()) {
 		printf("ucx_stale: /proc/self/pagemap shows no page frames (not root?); skipped\n");
@@ -288,7 +291,8 @@ static int scenario(void)
 	char detail[200];
 
 	if (h1b != h1) {
-		snprintf(detail, sizeof(detail), "%s: a second registration of the same buffer is not a cache hit",
+		snprintf(detail, sizeof(detail),
+			 "%s: a second registration of the same buffer is not a cache hit",
 			 r.md_name);
 		rc = report("uncached", detail);
 		dereg(&r, h1b);
@@ -308,7 +312,8 @@ static int scenario(void)
 		const long stale = mrn_oracle_count_stale(p, len, pinned);
 
 		snprintf(detail, sizeof(detail),
-			 "%s handed out the registration of the old mapping (%ld of %zu pages are not the ones mapped now)",
+			 "%s handed out the registration of the old mapping (%ld of %zu pages are "
+			 "not the ones mapped now)",
 			 r.md_name, stale, npages);
 		rc = report(stale > 0 ? "stale" : "fresh", detail);
 		dereg(&r, h2);
@@ -316,12 +321,12 @@ static int scenario(void)
 		void *h3 = reg(&r, p, len);
 
 		if (h3 != h2) {
-			snprintf(detail, sizeof(detail), "%s: new registration, but it is not cached",
-				 r.md_name);
+			snprintf(detail, sizeof(detail),
+				 "%s: new registration, but it is not cached", r.md_name);
 			rc = report("uncached", detail);
 		} else {
-			snprintf(detail, sizeof(detail), "%s registered the new pages, and caches them",
-				 r.md_name);
+			snprintf(detail, sizeof(detail),
+				 "%s registered the new pages, and caches them", r.md_name);
 			rc = report("fresh", detail);
 		}
 		dereg(&r, h3);

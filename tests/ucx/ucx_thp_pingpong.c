@@ -91,8 +91,8 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	static struct ibv_mr *(*real)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
 
 	if (real == NULL)
-		real = (struct ibv_mr * (*)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int))
-			verbs_sym("ibv_reg_mr_iova2");
+		real = (struct ibv_mr * (*)(struct ibv_pd *, void *, size_t, uint64_t,
+					    unsigned int)) verbs_sym("ibv_reg_mr_iova2");
 	__atomic_fetch_add(&regs, 1, __ATOMIC_RELAXED);
 	return real(pd, addr, length, iova, access);
 }
@@ -125,7 +125,8 @@ static int timeout_s = 120;
 
 static void die(const char *what, const char *detail)
 {
-	fprintf(stderr, "ucx_thp_pingpong: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+	fprintf(stderr, "ucx_thp_pingpong: %s%s%s\n", what, detail ? ": " : "",
+		detail ? detail : "");
 	exit(2);
 }
 
@@ -202,7 +203,8 @@ static long huge_kb(const void *p)
 	while (fgets(line, sizeof(line), f) != NULL) {
 		unsigned long lo, hi;
 
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
 			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
 			continue;
 		}
@@ -268,19 +270,21 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 4; i++) {
 		const long kb = huge_kb(buf[i]);
 
-		printf("ucx_thp_pingpong: buffer %d at %p: %ld kB on huge pages\n", i, (void *)buf[i], kb);
+		printf("ucx_thp_pingpong: buffer %d at %p: %ld kB on huge pages\n", i,
+		       (void *)buf[i], kb);
 		huge += kb > 0 ? kb : 0;
 	}
 	if (huge == 0) {
-		printf("ucx_thp_pingpong: no buffer is on huge pages (THP not \"always\"?): nothing to measure\n");
+		printf("ucx_thp_pingpong: no buffer is on huge pages (THP not \"always\"?): "
+		       "nothing to measure\n");
 		return 77;
 	}
 	for (int i = 0; i < 4 && dontfork_buffers; i++) {
 		const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 		const uintptr_t s = (uintptr_t)buf[i] & ~(pg - 1);
 
-		if (syscall(SYS_madvise, (void *)s, ((uintptr_t)buf[i] + max + pg - 1 - s) & ~(pg - 1),
-			    MADV_DONTFORK) != 0)
+		if (syscall(SYS_madvise, (void *)s,
+			    ((uintptr_t)buf[i] + max + pg - 1 - s) & ~(pg - 1), MADV_DONTFORK) != 0)
 			die("madvise(MADV_DONTFORK) of a buffer", NULL);
 	}
 

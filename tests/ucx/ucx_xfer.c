@@ -50,7 +50,7 @@ static int rounds = 6, declare_external, timeout_s = 120;
 
 static ucp_context_h ctx;
 static ucp_worker_h wa, wb; /* initiator, target */
-static ucp_ep_h ep;	     /* wa -> wb */
+static ucp_ep_h ep;         /* wa -> wb */
 static ucp_conn_request_h conn_req;
 static ucp_ep_h ep_server;
 
@@ -128,7 +128,8 @@ static const char *pick_ip(void)
 		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
 		    (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
 			continue;
-		inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, sizeof(buf));
+		inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf,
+			  sizeof(buf));
 		freeifaddrs(ifs);
 		return buf;
 	}
@@ -163,7 +164,8 @@ static void connect_workers(void)
 
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	ucp_listener_params_t lp = {
-		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+			      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
 		.sockaddr = {.addr = (struct sockaddr *)&sa, .addrlen = sizeof(sa)},
 		.conn_handler = {.cb = on_conn},
 	};
@@ -296,9 +298,10 @@ int main(int argc, char **argv)
 	    (strcmp(unmap_how, "libc") && strcmp(unmap_how, "raw")) ||
 	    (strcmp(connect_how, "address") && strcmp(connect_how, "sockaddr")) || size == 0 ||
 	    rounds < 1)
-		die("usage", "ucx_xfer --op=put|tag --remap=src|dst|both|none --expect=correct|corrupt "
-			     "[--unmap=libc|raw] [--connect=address|sockaddr] [--ip=ADDR] [--size=N] "
-			     "[--rounds=N] [--timeout=S] [--declare-external]");
+		die("usage",
+		    "ucx_xfer --op=put|tag --remap=src|dst|both|none --expect=correct|corrupt "
+		    "[--unmap=libc|raw] [--connect=address|sockaddr] [--ip=ADDR] [--size=N] "
+		    "[--rounds=N] [--timeout=S] [--declare-external]");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (declare_external)
 		ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
@@ -326,10 +329,10 @@ int main(int argc, char **argv)
 	connect_workers();
 	ucp_ep_print_info(ep, stdout);
 
-	unsigned char *src = mmap(NULL, size, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	unsigned char *dst = mmap(NULL, size, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *src = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
+	unsigned char *dst = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
 
 	if (src == MAP_FAILED || dst == MAP_FAILED)
 		die("mmap", strerror(errno));
@@ -368,7 +371,8 @@ int main(int argc, char **argv)
 			if (rkey != NULL)
 				ucp_rkey_destroy(rkey);
 			rkey = rkey_for(dst_memh);
-			wait_req(ucp_put_nbx(ep, src, size, (uintptr_t)dst, rkey, &p), "ucp_put_nbx");
+			wait_req(ucp_put_nbx(ep, src, size, (uintptr_t)dst, rkey, &p),
+				 "ucp_put_nbx");
 			flush();
 		} else {
 			ucp_request_param_t p = {.op_attr_mask = 0};
@@ -393,14 +397,14 @@ int main(int argc, char **argv)
 		}
 		printf("ucx_xfer: round %d%s: %s", r,
 		       remapped ? (do_src && do_dst ? " (src and dst remapped)"
-				   : do_src	     ? " (src remapped)"
-				   : do_dst	     ? " (dst remapped)"
-						     : "")
+				   : do_src         ? " (src remapped)"
+				   : do_dst         ? " (dst remapped)"
+						    : "")
 				: "",
 		       wrong ? "WRONG" : "ok");
 		if (wrong)
-			printf(": %zu of %zu bytes differ, first at %zu (0x%02x, expected 0x%02x)", wrong,
-			       size, first, dst[first], pattern(r, first));
+			printf(": %zu of %zu bytes differ, first at %zu (0x%02x, expected 0x%02x)",
+			       wrong, size, first, dst[first], pattern(r, first));
 		printf("\n");
 		bad_rounds += wrong != 0;
 		/* Drop the data so that the next round's check means something. */
@@ -415,13 +419,15 @@ int main(int argc, char **argv)
 		ucp_mem_unmap(ctx, memhs[r]);
 	}
 	if (!strcmp(op, "put"))
-		printf("ucx_xfer: the target's ucp_mem_map() returned the previous round's handle %d times\n",
+		printf("ucx_xfer: the target's ucp_mem_map() returned the previous round's handle "
+		       "%d times\n",
 		       hits);
 
 	const char *result = bad_rounds ? "corrupt" : "correct";
 	const int ok = !strcmp(result, expect);
 
-	printf("ucx_xfer: op=%s remap=%s unmap=%s size=%zu%s result: %s (%d of %d rounds wrong; expected %s) %s\n",
+	printf("ucx_xfer: op=%s remap=%s unmap=%s size=%zu%s result: %s (%d of %d rounds wrong; "
+	       "expected %s) %s\n",
 	       op, remap_what, unmap_how, size, declare_external ? " external-never-reported" : "",
 	       result, bad_rounds, rounds, expect, ok ? "PASS" : "FAIL");
 	/*

@@ -12,7 +12,10 @@
 
 namespace mrn::test {
 
-inline size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+inline size_t page()
+{
+	return static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 class CacheTest : public ::testing::Test {
 protected:

@@ -23,9 +23,8 @@ namespace mrn::test {
 class FakeMonitor final : public Monitor {
 public:
 	explicit FakeMonitor(bool range_mode = false, bool keeps_idle = true)
-		: range_mode_(range_mode), keeps_idle_(keeps_idle)
-	{
-	}
+	    : range_mode_(range_mode), keeps_idle_(keeps_idle)
+	{}
 	mrn_monitor_t kind() const override { return MRN_MONITOR_KERNEL; }
 	const uint64_t *generation() const override { return &gen_; }
 	bool keeps_idle_entries() const override { return keeps_idle_; }
@@ -88,8 +87,8 @@ public:
 		}
 		for (auto it = tracked_.begin(); it != tracked_.end();) {
 			if (it->second.start < e && s < it->second.end) {
-				dirty_.push_back(Dirty{it->second.cookie, it->first, it->second.start,
-						       it->second.end});
+				dirty_.push_back(Dirty{it->second.cookie, it->first,
+						       it->second.start, it->second.end});
 				it = tracked_.erase(it);
 				__atomic_fetch_add(&gen_, 1, __ATOMIC_RELEASE);
 			} else {
@@ -144,8 +143,8 @@ struct FakeRegistrar {
 	std::map<uint64_t, FakeReg> live;
 	uint64_t registered = 0, deregistered = 0;
 	std::function<int(const FakeReg &)> on_register; // may fail or unmap
-	std::function<uint64_t()> clock;		  // stamps FakeReg::made
-	std::set<uint64_t> dereg_errors;		  // serials deregistered twice
+	std::function<uint64_t()> clock;                 // stamps FakeReg::made
+	std::set<uint64_t> dereg_errors;                 // serials deregistered twice
 
 	static int reg(void *ctx, void *, void *addr, size_t len, uint32_t access, void *payload)
 	{

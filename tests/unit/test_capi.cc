@@ -75,12 +75,12 @@ TEST(Config, BadValuesAreErrors)
 {
 	// Pairs, not a map: the same variable appears with several bad values.
 	const std::vector<std::pair<std::string, std::string>> bad = {
-		{"MRNOTIFY_MONITOR", "kernal"},	 {"MRNOTIFY_MONITOR", "test-no-invalidation"},
-		{"MRNOTIFY_MONITOR", "external"},
-		{"MRNOTIFY_MAX_PINNED", "-1"},	 {"MRNOTIFY_MAX_PINNED", "12Q"},
-		{"MRNOTIFY_MAX_PINNED", ""},	 {"MRNOTIFY_MAX_ENTRIES", "-5"},
-		{"MRNOTIFY_MAX_ENTRIES", "1e3"}, {"MRNOTIFY_LEAVE_PINNED", "maybe"},
-		{"MRNOTIFY_FORK", "copy"},	 {"MRNOTIFY_VERBOSE", "9"},
+		{"MRNOTIFY_MONITOR", "kernal"},     {"MRNOTIFY_MONITOR", "test-no-invalidation"},
+		{"MRNOTIFY_MONITOR", "external"},   {"MRNOTIFY_MAX_PINNED", "-1"},
+		{"MRNOTIFY_MAX_PINNED", "12Q"},     {"MRNOTIFY_MAX_PINNED", ""},
+		{"MRNOTIFY_MAX_ENTRIES", "-5"},     {"MRNOTIFY_MAX_ENTRIES", "1e3"},
+		{"MRNOTIFY_LEAVE_PINNED", "maybe"}, {"MRNOTIFY_FORK", "copy"},
+		{"MRNOTIFY_VERBOSE", "9"},
 	};
 	for (const auto &[var, value] : bad) {
 		EnvGuard g(var.c_str(), value.c_str());
@@ -220,7 +220,8 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 	::testing::internal::CaptureStderr();
 	mrn_cache_print_stats(cache);
 	const std::string printed = ::testing::internal::GetCapturedStderr();
-	EXPECT_NE(std::string::npos, printed.find("(monitor external): hits 2 misses 2")) << printed;
+	EXPECT_NE(std::string::npos, printed.find("(monitor external): hits 2 misses 2"))
+		<< printed;
 	mrn_cache_destroy(cache);
 	EXPECT_EQ(2, deregistered);
 }

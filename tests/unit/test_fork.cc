@@ -28,7 +28,10 @@ size_t mapping_count()
 
 constexpr int kChildFaulted = 99;
 
-void exit_on_fault(int) { _exit(kChildFaulted); }
+void exit_on_fault(int)
+{
+	_exit(kChildFaulted);
+}
 
 // How a forked child fares reading memory that shares a page with a
 // registered buffer: 0 when it reads it, kChildFaulted when the read faults

@@ -81,7 +81,8 @@ TEST_P(ModelTest, ConcurrentGetsPutsUnmapsAndForksAgreeWithTheModel)
 				const uint32_t access = 1u << (rng() % 3);
 				const uint64_t started = model.completed();
 				Entry *e = nullptr;
-				const int rc = cache->get(at(first), npages * page() - 1, access, &e);
+				const int rc = cache->get(at(first), npages * page() - 1, access,
+							  &e);
 				if (rc != 0) {
 					failures++;
 					continue;

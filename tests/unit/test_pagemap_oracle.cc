@@ -44,8 +44,8 @@ struct PinnedByMemfd {
 
 char *remap_anonymous(void *at, size_t len, bool touch = true)
 {
-	void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-		       -1, 0);
+	void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+		       0);
 	if (p == MAP_FAILED)
 		return nullptr;
 	if (touch)
@@ -131,8 +131,8 @@ TEST_F(Oracle, SubPageRangeUsesItsPages)
 TEST(OracleErrors, WrappingRangeIsRejected)
 {
 	uint64_t pfn[2];
-	EXPECT_EQ(-EINVAL, mrn_oracle_read_pfns(reinterpret_cast<void *>(UINTPTR_MAX - 10), 100,
-					       pfn));
+	EXPECT_EQ(-EINVAL,
+		  mrn_oracle_read_pfns(reinterpret_cast<void *>(UINTPTR_MAX - 10), 100, pfn));
 }
 
 } // namespace

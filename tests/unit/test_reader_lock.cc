@@ -33,7 +33,10 @@ bool writer_passes_within(std::chrono::milliseconds ms, std::thread *writer,
 	return passed->load();
 }
 
-void hit_in_handler(int) { SharedGuard g(lock); }
+void hit_in_handler(int)
+{
+	SharedGuard g(lock);
+}
 
 TEST(ReaderLock, SignalHandlerSectionKeepsTheInterruptedOneOpen)
 {

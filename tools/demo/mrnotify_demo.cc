@@ -35,7 +35,10 @@ int reg(void *pd, void *, void *addr, size_t len, uint32_t access, void *payload
 	return 0;
 }
 
-int dereg(void *, void *payload) { return -ibv_dereg_mr(*static_cast<ibv_mr **>(payload)); }
+int dereg(void *, void *payload)
+{
+	return -ibv_dereg_mr(*static_cast<ibv_mr **>(payload));
+}
 
 char *map_at(void *at)
 {
@@ -48,7 +51,9 @@ char *map_at(void *at)
 
 class Demo {
 public:
-	explicit Demo(mrn::test::RcLoopback &rc) : rc_(rc), src_(kLen), src_mr_(rc.reg_mr(src_.data(), kLen)) {}
+	explicit Demo(mrn::test::RcLoopback &rc)
+	    : rc_(rc), src_(kLen), src_mr_(rc.reg_mr(src_.data(), kLen))
+	{}
 
 	// RDMA-WRITE c over buf through the cache; returns what buf then holds.
 	std::string write(mrn_cache_t *cache, char *buf, char c, bool *hit)
@@ -80,20 +85,22 @@ public:
 		mrn_cache_t *cache = nullptr;
 		if (mrn_cache_create(&cfg, &cache) < 0)
 			throw std::runtime_error("mrn_cache_create failed");
-		std::printf("\n%s (monitor: %s)\n", title, mrn_monitor_to_string(mrn_cache_monitor(cache)));
+		std::printf("\n%s (monitor: %s)\n", title,
+			    mrn_monitor_to_string(mrn_cache_monitor(cache)));
 		bool hit = false;
 		char *buf = map_at(nullptr);
 		memset(buf, '.', kLen);
 		std::string got = write(cache, buf, 'A', &hit);
-		std::printf("  get + RDMA WRITE 'A': %-6s buffer reads %s\n", hit ? "hit," : "miss,", got.c_str());
+		std::printf("  get + RDMA WRITE 'A': %-6s buffer reads %s\n",
+			    hit ? "hit," : "miss,", got.c_str());
 		munmap(buf, kLen);
 		map_at(buf);
 		memset(buf, '.', kLen);
 		std::printf("  munmap, then mmap(MAP_FIXED) new memory at the same address\n");
 		got = write(cache, buf, 'B', &hit);
 		const bool arrived = buf[0] == 'B';
-		std::printf("  get + RDMA WRITE 'B': %-6s buffer reads %s  -> %s\n", hit ? "hit," : "miss,",
-			    got.c_str(),
+		std::printf("  get + RDMA WRITE 'B': %-6s buffer reads %s  -> %s\n",
+			    hit ? "hit," : "miss,", got.c_str(),
 			    arrived ? "correct: the cache registered the new pages"
 				    : "WRONG: the stale registration wrote the old pages");
 		mrn_stats s{};
@@ -119,14 +126,17 @@ int main()
 	try {
 		mrn::test::RcLoopback rc("rxe0");
 		Demo demo(rc);
-		std::printf("A 16 KiB buffer, registered with ibv_reg_mr on %s through libmrnotify's cache.\n",
+		std::printf("A 16 KiB buffer, registered with ibv_reg_mr on %s through "
+			    "libmrnotify's cache.\n",
 			    rc.device_name().c_str());
 		const bool stale_ok = demo.scenario(MRN_MONITOR_TEST_NO_INVALIDATION,
 						    "1. A cache that is never told about unmaps");
-		const bool mrn_ok = demo.scenario(MRN_MONITOR_KERNEL, "2. The same cache, told by mrnotify.ko");
-		std::printf("\n%s\n", !stale_ok && mrn_ok
-					      ? "mrnotify turned a silent data loss into a cache miss."
-					      : "unexpected result: see above");
+		const bool mrn_ok = demo.scenario(MRN_MONITOR_KERNEL,
+						  "2. The same cache, told by mrnotify.ko");
+		std::printf("\n%s\n",
+			    !stale_ok && mrn_ok
+				    ? "mrnotify turned a silent data loss into a cache miss."
+				    : "unexpected result: see above");
 		return !stale_ok && mrn_ok ? 0 : 1;
 	} catch (const std::exception &e) {
 		std::fprintf(stderr, "mrnotify-demo: %s\n", e.what());
