@@ -674,15 +674,16 @@ void Cache::insert(Writer &, Entry *p)
 Entry *Cache::pick_victim()
 {
 	Entry *best = nullptr;
-	uint64_t best_stamp = UINT64_MAX;
+	uint32_t best_age = 0;
+	const uint32_t now = lru_now();
 	unsigned seen = 0;
 	index_.sweep(&evict_hand_, kEvictScan, [&](Entry *x) {
 		if (!x->is_idle() || x->has(Entry::kSelected))
 			return false;
-		const uint64_t t = x->last_use.load(std::memory_order_relaxed);
-		if (t < best_stamp) {
+		const uint32_t age = now - x->last_use.load(std::memory_order_relaxed);
+		if (!best || age > best_age) {
 			best = x;
-			best_stamp = t;
+			best_age = age;
 		}
 		return ++seen >= kEvictSample;
 	});

@@ -134,12 +134,20 @@ private:
 		h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 	}
 	// LRU order: the tick (moved by misses and evictions) first, then the
-	// releasing thread's own sequence. Entries released by different
-	// threads between the same two misses are ordered arbitrarily.
-	uint64_t lru_stamp() const
+	// releasing thread's own sequence (its low 12 bits). Entries released by
+	// different threads between the same two misses are ordered
+	// arbitrarily. 32 bits wrap after a million ticks: eviction compares
+	// ages (now - stamp), which stay right while they are below 2^31.
+	static constexpr unsigned kSequenceBits = 12;
+	uint32_t lru_stamp() const
 	{
-		return lru_tick_.load(std::memory_order_relaxed) << 32 |
-		       ReaderRecords::next_sequence();
+		return uint32_t(lru_tick_.load(std::memory_order_relaxed) << kSequenceBits |
+				(ReaderRecords::next_sequence() & ((1u << kSequenceBits) - 1)));
+	}
+	// A stamp no entry has yet: the next tick's first.
+	uint32_t lru_now() const
+	{
+		return uint32_t((lru_tick_.load(std::memory_order_relaxed) + 1) << kSequenceBits);
 	}
 	// Entries made before a fork are the parent's: never ours to
 	// deregister or free.
