@@ -279,6 +279,16 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 	return dirty;
 }
 
+/**
+ * mrn_open - make a context bound to the opener's address space
+ * @inode: the misc device's inode
+ * @file: the new file; it gets the context as its private data
+ *
+ * The context holds mm_count (not mm_users), so it never keeps the address
+ * space alive, and its status page is allocated here and mapped by mmap.
+ *
+ * Return: 0, -EINVAL for a caller without an mm (a kernel thread), -ENOMEM.
+ */
 static int mrn_open(struct inode *inode, struct file *file)
 {
 	struct mrn_ctx *ctx;
@@ -316,10 +326,16 @@ static int mrn_open(struct inode *inode, struct file *file)
 	return stream_open(inode, file);
 }
 
-/*
- * Last reference gone; this may run in any process (a child that inherited
- * the fd, a receiver of SCM_RIGHTS, or the owner during exit), so it works
- * on ctx->mm only and never on current->mm.
+/**
+ * mrn_release - free a context when its file's last reference goes
+ * @inode: the misc device's inode
+ * @file: the file being released
+ *
+ * This may run in any process (a child that inherited the fd, a receiver
+ * of SCM_RIGHTS, or the owner during exit), so it works on ctx->mm only and
+ * never on current->mm. Every notifier is removed before anything is freed.
+ *
+ * Return: 0.
  */
 static int mrn_release(struct inode *inode, struct file *file)
 {
@@ -347,6 +363,17 @@ static int mrn_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/**
+ * mrn_mmap - map the status page read-only into its owner
+ * @file: a context's file
+ * @vma: one page at offset 0, shared, neither writable nor executable
+ *
+ * The mapping can never be made writable (VM_MAYWRITE is cleared) and is
+ * not inherited by fork (VM_DONTCOPY).
+ *
+ * Return: 0; -EIO from another process than the owner; -EINVAL for another
+ * size, offset or sharing; -EPERM for a writable or executable mapping.
+ */
 static int mrn_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct mrn_ctx *ctx = file->private_data;
@@ -406,6 +433,19 @@ static int mrn_get_arg(void *karg, size_t ksize, size_t min_size,
 	return hdr->flags ? -EINVAL : 0;
 }
 
+/**
+ * mrn_ioctl_register - watch a range of the owner's address space
+ * @ctx: the context (its owner is current)
+ * @uarg: struct mrn_register; id is written back
+ * @usize: the size user space passed
+ *
+ * Waits for invalidations already running over the range before it
+ * returns, so that pages pinned afterwards are the ones mapped from then on.
+ *
+ * Return: 0; -EINVAL (bad size, flags or a zero length); -EOVERFLOW;
+ * -EFAULT (a range beyond the user address space, or @uarg); -ENOSPC (the
+ * cap is reached); -ENOMEM; -EINTR (killed while waiting for the mutex).
+ */
 static long mrn_ioctl_register(struct mrn_ctx *ctx,
 			       struct mrn_register __user *uarg, u32 usize)
 {
@@ -485,6 +525,16 @@ out_free:
 	return ret;
 }
 
+/**
+ * mrn_ioctl_unregister - stop watching a registration
+ * @ctx: the context
+ * @uarg: struct mrn_unregister
+ * @usize: the size user space passed
+ *
+ * Return: 0; MRN_UNREGISTER_WAS_DIRTY when it had been invalidated and not
+ * yet drained (it will not be reported by DRAIN); -ENOENT for an unknown
+ * id; -EINVAL for a bad size or flags; -EINTR.
+ */
 static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 				 struct mrn_unregister __user *uarg, u32 usize)
 {
@@ -536,6 +586,17 @@ static void mrn_clear_batch(struct mrn_ctx *ctx)
 		xa_clear_mark(&ctx->regs, index, MRN_MARK_BATCH);
 }
 
+/**
+ * mrn_ioctl_drain - report and release invalidated registrations
+ * @ctx: the context
+ * @uarg: struct mrn_drain; count, out_flags and generation are written back
+ * @usize: the size user space passed
+ *
+ * Copies out up to capacity entries in id order, then releases them; an
+ * EFAULT on the way releases nothing. MRN_DRAIN_MORE says more are left.
+ *
+ * Return: 0; -EINVAL for a bad size, flags or entry size; -EFAULT; -EINTR.
+ */
 static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 			    u32 usize)
 {
@@ -623,6 +684,14 @@ out_fault:
 	return ret;
 }
 
+/**
+ * mrn_ioctl_query - the context's limits and counters
+ * @ctx: the context
+ * @uarg: struct mrn_query, filled in up to the size user space passed
+ * @usize: the size user space passed
+ *
+ * Return: 0; -EINVAL for a bad size or flags; -E2BIG; -EFAULT.
+ */
 static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 			    u32 usize)
 {
