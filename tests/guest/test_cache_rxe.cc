@@ -22,20 +22,7 @@ namespace {
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kPages = 4;
 
-char *map(void *at, size_t len)
-{
-	void *p = mmap(at, len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
-	return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
-}
-
-bool all_are(const char *p, size_t len, char c)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != c)
-			return false;
-	return true;
-}
+char *map(void *at, size_t len) { return map_anon(at, len); }
 
 class CacheOnRxe : public ::testing::Test {
 protected:

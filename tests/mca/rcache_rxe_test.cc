@@ -48,6 +48,8 @@ extern "C" {
 
 namespace {
 
+using mrn::test::all_are;
+using mrn::test::map_anon;
 using mrn::test::MrPtr;
 using mrn::test::RcLoopback;
 
@@ -110,23 +112,6 @@ mca_rcache_base_module_t *create(const char *component, ctx *c)
 	return mca_rcache_base_module_create(component, nullptr, &res);
 }
 
-char *map_at(void *at, size_t len, bool raw)
-{
-	const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0);
-	void *p = raw ? reinterpret_cast<void *>(
-				syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, flags, -1, 0))
-		      : mmap(at, len, PROT_READ | PROT_WRITE, flags, -1, 0);
-	return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
-}
-
-bool all_are(const char *p, size_t len, char c)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != c)
-			return false;
-	return true;
-}
-
 struct Bench {
 	RcLoopback &rc;
 	std::vector<char> src = std::vector<char>(kPages * kPage);
@@ -166,7 +151,7 @@ int remap_scenario(Bench &b, const char *component, bool raw, const char *name, 
 		result(false, name, "cannot create the cache");
 		return -1;
 	}
-	buf = map_at(nullptr, len, false);
+	buf = map_anon(nullptr, len, false);
 	std::memset(buf, '.', len);
 	first = b.write_through(m, buf, len, 'A');
 	if (!first || !all_are(buf, len, 'A')) {
@@ -178,7 +163,7 @@ int remap_scenario(Bench &b, const char *component, bool raw, const char *name, 
 		result(false, name, "munmap failed");
 		return -1;
 	}
-	if (map_at(buf, len, raw) != buf) {
+	if (map_anon(buf, len, raw) != buf) {
 		result(false, name, "mmap MAP_FIXED failed");
 		return -1;
 	}
@@ -236,7 +221,7 @@ void run(RcLoopback &rc)
 		ctx c{&rc, 0, 0};
 		mca_rcache_base_module_t *m = create("mrnotify", &c);
 		const size_t len = 2 * kPage;
-		char *buf = map_at(nullptr, len, false);
+		char *buf = map_anon(nullptr, len, false);
 		int lost = 0, rounds = 50;
 
 		if (!m || !buf) {
@@ -252,7 +237,7 @@ void run(RcLoopback &rc)
 					lost++;
 			}
 			syscall(SYS_munmap, buf, len);
-			if (map_at(buf, len, true) != buf) {
+			if (map_anon(buf, len, true) != buf) {
 				result(false, T, "mmap MAP_FIXED failed");
 				return;
 			}

@@ -8,6 +8,9 @@
 #define MRN_TESTS_RC_LOOPBACK_H
 
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +75,27 @@ private:
 	uint8_t port_ = 1;
 	uint64_t next_wr_id_ = 1;
 };
+
+// Anonymous private memory at `at` (MAP_FIXED) or anywhere; with `raw`
+// through the system call itself, behind libc's and Open MPI's hooks.
+// nullptr on failure.
+inline char *map_anon(void *at, size_t len, bool raw = false)
+{
+	const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0);
+	void *p = raw ? reinterpret_cast<void *>(
+				syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, flags, -1, 0))
+		      : mmap(at, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+	return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
+}
+
+// Whether every one of the len bytes at p is c (what an RDMA WRITE left).
+inline bool all_are(const char *p, size_t len, char c)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != c)
+			return false;
+	return true;
+}
 
 } // namespace mrn::test
 
