@@ -36,6 +36,7 @@
 #include <linux/mutex.h>
 #include <linux/overflow.h>
 #include <linux/percpu.h>
+#include <linux/poll.h>
 #include <linux/sched.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
@@ -64,27 +65,21 @@
 #define MRN_REG_DIRTY	BIT(0)
 
 /*
- * One registration. Kept to 104 bytes: the 88-byte interval notifier, the
- * cookie and the id. The address range lives in the notifier's interval tree
- * node. The owning context is found through notifier.ops (each context has
- * its own ops copy), and the dirty list is a mark in the id index, so no
- * pointer fields are needed; with the index slot and memcg accounting the
- * kernel spends about 120 bytes per registration.
+ * One registration, 112 bytes: the 88-byte interval notifier, its context,
+ * the cookie and the id. The address range lives in the notifier's interval
+ * tree node, and the dirty list is a mark in the id index, so no list
+ * pointers are needed; with the index slot and memcg accounting the kernel
+ * spends about 128 bytes per registration.
  */
 struct mrn_reg {
 	struct mmu_interval_notifier notifier;
+	struct mrn_ctx *ctx;
 	u64 cookie;
 	u32 id;
 	u32 state;
 };
 
 struct mrn_ctx {
-	/*
-	 * Per-context copy of the notifier ops: the callback recovers the
-	 * context from interval_sub->ops, which saves a back pointer in every
-	 * registration.
-	 */
-	struct mmu_interval_notifier_ops ops;
 	struct mm_struct *mm;		/* mmgrab()ed: mm_count, not mm_users */
 	struct page *status_page;
 	struct mrn_status *status;	/* page_address(status_page) */
@@ -105,6 +100,8 @@ struct mrn_ctx {
 	u64 drained;
 	u64 unregistered_dirty;
 	u64 callbacks[MRN_EV_SLOTS];
+	/* poll() waiters: woken when a registration becomes dirty. */
+	wait_queue_head_t waiters;
 };
 
 /* Module-wide counters for the root-only stats file. */
@@ -142,11 +139,6 @@ module_param_cb(max_registrations, &mrn_param_max_ops,
 		&mrn_max_registrations, 0644);
 MODULE_PARM_DESC(max_registrations,
 		 "Registrations per context, read when the context is opened (default 1048576)");
-
-static struct mrn_ctx *mrn_reg_ctx(struct mmu_interval_notifier *mni)
-{
-	return container_of(mni->ops, struct mrn_ctx, ops);
-}
 
 /**
  * mrn_event_slot - classify a notifier event
@@ -215,7 +207,7 @@ static bool mrn_invalidate(struct mmu_interval_notifier *mni,
 			   unsigned long cur_seq)
 {
 	struct mrn_reg *reg = container_of(mni, struct mrn_reg, notifier);
-	struct mrn_ctx *ctx = mrn_reg_ctx(mni);
+	struct mrn_ctx *ctx = reg->ctx;
 	bool invalidates, became_dirty = false;
 	unsigned int slot;
 
@@ -243,10 +235,17 @@ static bool mrn_invalidate(struct mmu_interval_notifier *mni,
 	xa_unlock(&ctx->regs);
 
 	this_cpu_inc(mrn_pcpu_stats.callbacks[slot]);
-	if (became_dirty)
+	if (became_dirty) {
 		this_cpu_inc(mrn_pcpu_stats.invalidated);
+		/* Takes only the wait queue's spinlock: fine here. */
+		wake_up_interruptible_poll(&ctx->waiters, EPOLLIN | EPOLLRDNORM);
+	}
 	return true;
 }
+
+static const struct mmu_interval_notifier_ops mrn_notifier_ops = {
+	.invalidate = mrn_invalidate,
+};
 
 static void mrn_free_reg(struct mrn_reg *reg)
 {
@@ -308,8 +307,8 @@ static int mrn_open(struct inode *inode, struct file *file)
 	ctx->status = page_address(ctx->status_page);
 	ctx->status->abi_version = MRN_ABI_VERSION;
 
-	ctx->ops.invalidate = mrn_invalidate;
 	mutex_init(&ctx->mutex);
+	init_waitqueue_head(&ctx->waiters);
 	xa_init_flags(&ctx->regs, XA_FLAGS_ALLOC1 | XA_FLAGS_ACCOUNT);
 	ctx->next_id = 1;
 	ctx->max_regs = READ_ONCE(mrn_max_registrations);
@@ -470,6 +469,7 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	reg = kmem_cache_alloc(mrn_reg_cache, GFP_KERNEL);
 	if (!reg)
 		return -ENOMEM;
+	reg->ctx = ctx;
 	reg->cookie = arg.cookie;
 	reg->state = 0;
 	atomic_long_inc(&mrn_nr_regs);
@@ -497,7 +497,7 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 		goto out_erase;
 	}
 	ret = mmu_interval_notifier_insert(&reg->notifier, ctx->mm, arg.addr,
-					   arg.length, &ctx->ops);
+					   arg.length, &mrn_notifier_ops);
 	if (ret)
 		goto out_erase;
 	xa_lock(&ctx->regs);
@@ -816,11 +816,35 @@ static struct attribute *mrn_attrs[] = {
 };
 ATTRIBUTE_GROUPS(mrn);
 
+/**
+ * mrn_poll - readable while a registration is dirty and not yet drained
+ * @file: a context's file
+ * @wait: the poll table
+ *
+ * For event loops (a progress thread) that want to drain when something
+ * changed instead of checking the generation; works from any process that
+ * holds the file, like QUERY.
+ *
+ * Return: EPOLLIN | EPOLLRDNORM while the dirty list is not empty, else 0.
+ */
+static __poll_t mrn_poll(struct file *file, poll_table *wait)
+{
+	struct mrn_ctx *ctx = file->private_data;
+	bool dirty;
+
+	poll_wait(file, &ctx->waiters, wait);
+	xa_lock(&ctx->regs);
+	dirty = ctx->nr_dirty != 0;
+	xa_unlock(&ctx->regs);
+	return dirty ? EPOLLIN | EPOLLRDNORM : 0;
+}
+
 static const struct file_operations mrn_fops = {
 	.owner = THIS_MODULE,
 	.open = mrn_open,
 	.release = mrn_release,
 	.mmap = mrn_mmap,
+	.poll = mrn_poll,
 	.unlocked_ioctl = mrn_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	/*
@@ -856,7 +880,7 @@ static int __init mrn_init(void)
 	MRN_CHECK_HEADER(struct mrn_drain);
 	MRN_CHECK_HEADER(struct mrn_query);
 #undef MRN_CHECK_HEADER
-	BUILD_BUG_ON(sizeof(struct mrn_reg) > 104);
+	BUILD_BUG_ON(sizeof(struct mrn_reg) > 112);
 
 	mrn_reg_cache = KMEM_CACHE(mrn_reg, SLAB_ACCOUNT);
 	if (!mrn_reg_cache)

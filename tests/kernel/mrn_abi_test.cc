@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 // mrnotify.ko: the device, the status page, the ioctl ABI and its errnos.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "mrn_test_util.h"
 
@@ -32,6 +37,35 @@ TEST(Device, IsNotSeekable)
 	errno = 0;
 	EXPECT_EQ(-1, pread(c.fd(), &b, 1, 0));
 	EXPECT_EQ(ESPIPE, errno);
+}
+
+// poll(): readable while a registration is dirty and not yet drained; a
+// thread blocked in poll() is woken by the unmap. (Before poll support the
+// device was always readable: the first check fails.)
+TEST(Device, PollIsReadableWhileSomethingIsDirty)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	m.touch();
+	ASSERT_GT(c.reg(m.get(), page_size(), 1), 0);
+	pollfd p{c.fd(), POLLIN, 0};
+	EXPECT_EQ(0, poll(&p, 1, 0)) << "readable with nothing dirty";
+	std::atomic<int> woke{-1};
+	std::thread waiter([&] {
+		pollfd q{c.fd(), POLLIN, 0};
+		woke = poll(&q, 1, 20000) == 1 && (q.revents & POLLIN) ? 1 : 0;
+	});
+	// Usually blocked by now; the test holds whether or not it is.
+	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	ASSERT_EQ(0, munmap(m.get(), page_size()));
+	m.release();
+	waiter.join();
+	EXPECT_EQ(1, woke.load()) << "the poller was not woken by the unmap";
+	EXPECT_EQ(1, poll(&p, 1, 0));
+	EXPECT_TRUE(p.revents & POLLIN);
+	EXPECT_EQ(1u, c.drain_ids().size());
+	EXPECT_EQ(0, poll(&p, 1, 0)) << "still readable after the drain";
 }
 
 TEST(StatusPage, StartsAtZeroWithAbiVersion)
