@@ -90,9 +90,13 @@ run_tests() {
 	grep -E '^# (TOTAL|PASS|FAIL|ERROR)' distcheck.log | sed 's/^/distcheck /'
 	say "summary"
 	shopt -s nullglob
+	# Every test log of the component (not automake's test-suite.log,
+	# which repeats the failed ones).
+	local mca_logs=(tests/mca/*.log)
+	mca_logs=("${mca_logs[@]/*test-suite.log/}")
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
 		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
-		tests/mca/api_*.log tests/mca/mpi_*.log \
+		"${mca_logs[@]}" \
 		tests/guest-results/[0-9]*.out \
 		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log || status=1
 	return $status

@@ -17,6 +17,7 @@
 #include "opal/util/show_help.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -467,10 +468,22 @@ static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources
 	static bool warned;
 
 	if (!warned) {
+		/*
+		 * Written by the rank itself (opal_output), not forwarded by
+		 * opal_show_help: Open MPI 4.1.4's forwarding to mpirun
+		 * sometimes drops a rank's message ("ORTE_ERROR_LOG: Out of
+		 * resource in ... show_help.c"), and this one must not be lost.
+		 */
+		char *msg = opal_show_help_string(MRN_HELP_FILE, "stock-grdma", true,
+						  MRN_LOG_PREFIX,
+						  res && res->cache_name ? res->cache_name
+									 : "(unnamed)",
+						  stock_grdma_param, MRN_SHADOW_DIR);
 		warned = true;
-		opal_show_help(MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
-			       res && res->cache_name ? res->cache_name : "(unnamed)",
-			       stock_grdma_param, MRN_SHADOW_DIR);
+		if (msg) {
+			opal_output(0, "%s", msg);
+			free(msg);
+		}
 	}
 	return stock_grdma_init(res);
 }
