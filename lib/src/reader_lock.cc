@@ -161,12 +161,15 @@ uint32_t CacheLock::lock_record_slow(std::atomic<uint32_t> &a)
 		a.store(prev + kValidated, std::memory_order_relaxed);
 		return prev;
 	}
+	// Announce (again, after a retreat: for an interrupted entering
+	// section too, which re-checks the writer flag itself when it
+	// resumes), then check for a writer.
 	for (;;) {
-		a.store(kEntering, std::memory_order_relaxed);
 #ifdef MRN_TSAN
 		a.exchange(kEntering, std::memory_order_seq_cst);
 		if (!writer_.load(std::memory_order_seq_cst)) {
 #else
+		a.store(kEntering, std::memory_order_relaxed);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
 		if (!writer_.load(std::memory_order_acquire)) {
 #endif
@@ -176,11 +179,6 @@ uint32_t CacheLock::lock_record_slow(std::atomic<uint32_t> &a)
 		// Retreat (for the interrupted section too, if any) and wait.
 		a.store(0, std::memory_order_release);
 		wait_for_writer();
-		if (prev != kEntering)
-			continue;
-		// Put back the interrupted section's announcement; it re-checks
-		// the writer flag itself when it resumes.
-		a.store(kEntering, std::memory_order_relaxed);
 	}
 }
 

@@ -497,12 +497,7 @@ TEST(Drain, BadPointerIsEFAULTAndLosesNothing)
 	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
 	EXPECT_EQ(8u, c.gen());
 
-	mrn_drain d;
-	memset(&d, 0, sizeof(d));
-	d.size = sizeof(d);
-	d.entries = 0xffff888000000000ULL;
-	d.capacity = 8;
-	d.entry_size = sizeof(mrn_dirty_entry);
+	mrn_drain d = Ctx::drain_arg(reinterpret_cast<void *>(0xffff888000000000ULL), 8);
 	errno = 0;
 	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
 	EXPECT_EQ(EFAULT, errno);

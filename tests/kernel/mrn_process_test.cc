@@ -86,11 +86,7 @@ void check_foreign(ChildChecks &k, int fd, uint64_t some_id, void *addr)
 	errno = 0;
 	k.check(ioctl(fd, MRN_IOC_UNREGISTER, &u) == -1 && errno == EIO, "UNREGISTER is EIO");
 	mrn_dirty_entry e[4];
-	mrn_drain d{};
-	d.size = sizeof(d);
-	d.entries = reinterpret_cast<uintptr_t>(e);
-	d.capacity = 4;
-	d.entry_size = sizeof(e[0]);
+	mrn_drain d = Ctx::drain_arg(e, 4);
 	errno = 0;
 	k.check(ioctl(fd, MRN_IOC_DRAIN, &d) == -1 && errno == EIO, "DRAIN is EIO");
 	mrn_query q{};
@@ -145,11 +141,7 @@ TEST(Fork, ChildGetsEIOAndParentIsUndisturbed)
 		k.check(id > 0, "child registers");
 		k.check(madvise(m.get(), ps, MADV_DONTNEED) == 0, "child madvise");
 		mrn_dirty_entry e[2];
-		mrn_drain d{};
-		d.size = sizeof(d);
-		d.entries = reinterpret_cast<uintptr_t>(e);
-		d.capacity = 2;
-		d.entry_size = sizeof(e[0]);
+		mrn_drain d = Ctx::drain_arg(e, 2);
 		k.check(ioctl(mine.fd(), MRN_IOC_DRAIN, &d) == 0 && d.count == 1 &&
 				e[0].cookie == 9,
 			"child drains its own");

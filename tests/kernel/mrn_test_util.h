@@ -87,17 +87,23 @@ public:
 		int rc = ioctl(fd_, MRN_IOC_UNREGISTER, &u);
 		return rc < 0 ? -errno : rc;
 	}
+	// The DRAIN argument for capacity entries at `entries` (no allocation).
+	static mrn_drain drain_arg(const void *entries, uint32_t capacity)
+	{
+		mrn_drain d;
+		memset(&d, 0, sizeof(d));
+		d.size = sizeof(d);
+		d.entries = reinterpret_cast<uintptr_t>(entries);
+		d.capacity = capacity;
+		d.entry_size = sizeof(mrn_dirty_entry);
+		return d;
+	}
 	// One DRAIN call; returns 0 or -errno.
 	int drain_once(std::vector<mrn_dirty_entry> *out, uint32_t capacity, bool *more = nullptr,
 		       uint64_t *generation = nullptr) const
 	{
 		std::vector<mrn_dirty_entry> buf(capacity ? capacity : 1);
-		mrn_drain d;
-		memset(&d, 0, sizeof(d));
-		d.size = sizeof(d);
-		d.entries = reinterpret_cast<uintptr_t>(buf.data());
-		d.capacity = capacity;
-		d.entry_size = sizeof(mrn_dirty_entry);
+		mrn_drain d = drain_arg(buf.data(), capacity);
 		if (ioctl(fd_, MRN_IOC_DRAIN, &d) != 0)
 			return -errno;
 		for (uint32_t i = 0; i < d.count; i++)

@@ -45,12 +45,7 @@ Ids pick(const std::vector<uint64_t> &ids, int from, int to)
 // A DRAIN that does not allocate (for tests that must not call malloc).
 uint32_t raw_drain(const Ctx &c, mrn_dirty_entry *out, uint32_t cap)
 {
-	mrn_drain d;
-	memset(&d, 0, sizeof(d));
-	d.size = sizeof(d);
-	d.entries = reinterpret_cast<uintptr_t>(out);
-	d.capacity = cap;
-	d.entry_size = sizeof(*out);
+	mrn_drain d = Ctx::drain_arg(out, cap);
 	if (ioctl(c.fd(), MRN_IOC_DRAIN, &d) != 0)
 		return ~0u;
 	return d.count;
