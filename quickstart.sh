@@ -8,8 +8,8 @@
 #   ./quickstart.sh test   build and run every test: unit tests on the host
 #                          (also under ThreadSanitizer and AddressSanitizer),
 #                          the guest tests (module + rxe), the module's own
-#                          tests on Debian 11's and 13's kernels, the
-#                          benchmarks, then distcheck
+#                          tests on Debian 11's and 13's kernels and on a
+#                          debug kernel, the benchmarks, then distcheck
 # Each does its own set-up: missing Debian packages, autogen, configure, make.
 # The build goes to _build/ (MRNOTIFY_BUILD_DIR overrides).
 set -u -o pipefail
@@ -25,7 +25,8 @@ packages=(
 	libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev
 	linux-headers-amd64 linux-image-amd64 kmod
 	qemu-system-x86 busybox-static cpio iproute2
-	mmdebstrap
+	mmdebstrap trinity
+	linux-source-6.1 bc flex bison libelf-dev libssl-dev
 )
 
 say() { printf '\n== %s\n' "$*"; }
@@ -75,6 +76,10 @@ run_tests() {
 	# Their stacks are cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks};
 	# one that cannot be fetched is counted as skipped.
 	make check-kernels || status=1
+	say "the module on a debug kernel: lockdep, KASAN, KFENCE, the race fuzzer, trinity (make check-debug-kernel)"
+	# Run when the kernel is cached; MRNOTIFY_DEBUG_KERNEL=build builds it
+	# first (about 40 min on 2 cores); skipped otherwise.
+	make check-debug-kernel || status=1
 	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
 	bench/cache_bench --quick || status=1
 	# The Open MPI component's hit path against grdma ran in make check

@@ -3,7 +3,8 @@
 # Adds up GoogleTest results from test logs: one line per log, then a total.
 # A log of a program that is not a GoogleTest program (a shell test) counts
 # as one test, passed or failed by the exit status recorded next to it
-# (N.out / N.rc, as the guest harness writes them). A GoogleTest log without
+# (N.out / N.rc, as the guest harness writes them; 77 is a skip, as for
+# automake). A GoogleTest log without
 # its summary (the program crashed) counts as one failed test.
 # Usage: test-summary.sh LOG...
 set -u
@@ -27,6 +28,8 @@ for log in "$@"; do
 		elif ! grep -q '^\[==========\] Running' "$log" && [ "$rc_file" != "$log" ] &&
 			[ -r "$rc_file" ] && [ "$(cat "$rc_file")" = 0 ]; then
 			p=1
+		elif [ "$rc_file" != "$log" ] && [ -r "$rc_file" ] && [ "$(cat "$rc_file")" = 77 ]; then
+			s=1
 		else
 			f=1
 		fi

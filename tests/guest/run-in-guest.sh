@@ -9,7 +9,7 @@
 # Why a guest: the build machines' own kernel has no module support, so the
 # module and rxe can only be exercised in a kernel we boot ourselves.
 #
-# Exit status: 0 when every program exited 0 and the kernel log is clean,
+# Exit status: 0 when every program exited 0 (or 77: skipped) and the kernel log is clean,
 # 1 when a program failed or the kernel complained, 2 on a usage or set-up
 # error, 3 when the guest did not finish in time (it is killed).
 
@@ -175,7 +175,7 @@ if [ -z "$results" ]; then
 else
 	mkdir -p "$results" || die "cannot create $results"
 	rm -f "$results"/*.out "$results"/*.rc "$results"/serial.log \
-		"$results"/dmesg.txt "$results"/setup.* "$results"/done
+		"$results"/dmesg.txt "$results"/setup.* "$results"/done "$results"/kernel-log
 fi
 results=$(readlink -f "$results")
 
@@ -322,6 +322,7 @@ fi
 
 passed=0
 failed=0
+skipped=0
 i=0
 for c in "$@"; do
 	i=$((i + 1))
@@ -333,6 +334,10 @@ for c in "$@"; do
 	elif [ "$rc" = 0 ]; then
 		label="ok"
 		passed=$((passed + 1))
+	elif [ "$rc" = 77 ]; then
+		# automake's skip: reported as such, and not a failure.
+		label="SKIP"
+		skipped=$((skipped + 1))
 	else
 		label="FAILED (exit $rc)"
 		failed=$((failed + 1))
@@ -346,14 +351,17 @@ for c in "$@"; do
 done
 
 if [ -r "$results/dmesg.txt" ]; then
-	bad=$(grep -E 'WARNING:|BUG:|Oops|general protection|possible circular locking|lockdep|INFO: task .* blocked|KASAN|refcount_t:|kmemleak' \
+	bad=$(grep -E 'WARNING:|BUG:|Oops|general protection|possible circular locking|lockdep|INFO: task .* blocked|KASAN|KFENCE|UBSAN|refcount_t:|kmemleak' \
 		"$results/dmesg.txt")
 	if [ -n "$bad" ]; then
 		echo "$prog: the guest kernel log reports problems ($results/dmesg.txt):" >&2
 		echo "$bad" >&2
 		[ "$allow_warn" = 1 ] || { [ $status -ne 0 ] || status=1; }
+		echo bad >"$results/kernel-log"
+	else
+		echo clean >"$results/kernel-log"
 	fi
 fi
 
-echo "$prog: $passed of $# command(s) passed in ${elapsed}s; results in $results" >&2
+echo "$prog: $passed of $# command(s) passed$([ $skipped -gt 0 ] && echo ", $skipped skipped") in ${elapsed}s; results in $results" >&2
 exit $status

@@ -1,0 +1,102 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# check-debug-kernel.sh: the module's tests on a debug kernel (Debian 12's
+# 6.1 source with lockdep, KASAN, KFENCE, DEBUG_OBJECTS and failslab; see
+# tools/debug-kernel.sh), where the guest's check of the kernel log can
+# actually see locking, sleeping-in-atomic and lifetime bugs:
+#  - every kernel test (tests/kernel/*) and the library's guest tests;
+#  - the race fuzzer (tests/kernel/mrn_race_fuzz), MRNOTIFY_FUZZ_OPS
+#    operations (default 200000; the acceptance run is 1000000);
+#  - trinity aimed at /dev/mrnotify (ioctl, mmap and friends on it);
+#  - the fuzzer again with failslab failing the module's allocations.
+# Pass: every program passes and the kernel log has no lockdep, KASAN,
+# KFENCE, BUG or WARNING report (run-in-guest.sh checks it).
+#
+# Usage: check-debug-kernel.sh --srcdir DIR --builddir DIR
+# The kernel is used when cached; it is built first when
+# MRNOTIFY_DEBUG_KERNEL=build (about 40 min on 2 cores), and the lane is
+# SKIPPED (not passed) otherwise. Results: <builddir>/tests/
+# kernel-results-debug/ (N.out / N.rc, or status.log; read by
+# tools/test-summary.sh).
+set -u -o pipefail
+
+prog=$(basename "$0")
+srcdir='' builddir=''
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
+	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
+	-h|--help) sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "$prog: unknown argument '$1'" >&2; exit 2 ;;
+	esac
+done
+[ -n "$srcdir" ] && [ -n "$builddir" ] || { echo "$prog: --srcdir and --builddir are needed" >&2; exit 2; }
+
+tools=$srcdir/tools
+res=$builddir/tests/kernel-results-debug
+rm -rf "$res" && mkdir -p "$res" || exit 2
+skip() { echo "kernel-debug: 0 passed, 0 failed, 1 skipped ($*)" | tee "$res/status.log"; exit 0; }
+fail() { echo "kernel-debug: 0 passed, 1 failed, 0 skipped ($*)" | tee "$res/status.log"; exit 1; }
+
+if [ "${MRNOTIFY_DEBUG_KERNEL:-}" = build ]; then
+	"$tools/debug-kernel.sh" build
+	case $? in
+	0) ;;
+	3) skip "the debug kernel's source is missing" ;;
+	*) fail "building the debug kernel failed" ;;
+	esac
+fi
+env=$("$tools/debug-kernel.sh" env 2>/dev/null) ||
+	skip "no debug kernel cached; MRNOTIFY_DEBUG_KERNEL=build makes one"
+eval "$env"
+
+# A copy of the module's sources: the kernel's own tree builds it (M=).
+out=$builddir/kernel/debug
+rm -rf "$out" && mkdir -p "$out/include/uapi/linux" || exit 2
+cp "$srcdir/kernel/Kbuild" "$srcdir"/kernel/*.c "$srcdir"/kernel/*.h "$out/" &&
+	cp "$srcdir/kernel/include/uapi/linux/mrnotify.h" "$out/include/uapi/linux/" || exit 2
+# shellcheck disable=SC2154 # DEBUG_* come from debug-kernel.sh env
+make -C "$DEBUG_BUILD" M="$out" W=1 KCFLAGS=-Werror modules >"$res/build.log" 2>&1 || {
+	cat "$res/build.log"
+	fail "mrnotify.ko did not build against the debug kernel ($res/build.log)"
+}
+ko=$out/mrnotify.ko
+
+t=$builddir/tests
+# 10^6 operations take about 25 min in the emulated debug guest; CI runs
+# fewer (MRNOTIFY_FUZZ_OPS sets it; docs/kernel-abi.md has the full run).
+fuzz_ops=${MRNOTIFY_FUZZ_OPS:-200000}
+commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
+	kernel/mrn_stress_test guest/test_watch
+	"kernel/mrn_race_fuzz --ops $fuzz_ops --threads 4"
+	# trinity drops to nobody; the device is 0666 (the module's default).
+	# Only calls that reach the device or change the mappings under it.
+	"trinity --dangerous -q -N 200000 -C 4 -V /dev/mrnotify -c ioctl -c mmap -c munmap -c mremap -c madvise -c close -c read -c poll"
+	# The module's allocations failing at random: errors, never a report.
+	"sh $srcdir/tests/guest/failslab.sh kernel/mrn_race_fuzz --ops 200000 --threads 2 --seed 7"
+	"sh $srcdir/tests/kernel/mrn_unload.sh $ko")
+for c in "${commands[@]}"; do
+	b=${c%% *}
+	case "$b" in
+	trinity) command -v trinity >/dev/null || { echo "$prog: trinity is missing (apt-get install trinity)" >&2; exit 2; } ;;
+	sh) ;;
+	*) [ -x "$t/$b" ] || { echo "$prog: $t/$b is not built" >&2; exit 2; } ;;
+	esac
+done
+t0=$(date +%s)
+nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
+	--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" --kernel-build "$DEBUG_BUILD" \
+	--module "$ko" --rxe --cwd "$t" --bind "$srcdir" --bind "$builddir" \
+	--memory 3072 --test-timeout 2400 --timeout 5400 --quiet --results "$res" \
+	"${commands[@]}"
+rc=$?
+echo "$prog: guest $(($(date +%s) - t0)) s"
+# The kernel log is what the lane is for: one test of its own in the
+# summary, failed on any report even when every program passed.
+case "$(cat "$res/kernel-log" 2>/dev/null)" in
+clean) echo "kernel-debug-log: 1 passed, 0 failed (no lockdep, KASAN, KFENCE, BUG or WARNING report)" ;;
+bad) echo "kernel-debug-log: 0 passed, 1 failed (reports in $res/dmesg.txt)" ;;
+*) echo "kernel-debug-log: 0 passed, 1 failed (the guest left no kernel log)" ;;
+esac | tee "$res/status.log"
+exit $rc
