@@ -74,7 +74,7 @@ commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
 	# Only calls that reach the device or change the mappings under it.
 	"trinity --dangerous -q -N 200000 -C 4 -V /dev/mrnotify -c ioctl -c mmap -c munmap -c mremap -c madvise -c close -c read -c poll"
 	# The module's allocations failing at random: errors, never a report.
-	"sh $srcdir/tests/guest/failslab.sh kernel/mrn_race_fuzz --ops 200000 --threads 2 --seed 7"
+	"sh $srcdir/tests/guest/failslab.sh kernel/mrn_race_fuzz --ops 50000 --threads 2 --seed 7"
 	"sh $srcdir/tests/kernel/mrn_unload.sh $ko")
 for c in "${commands[@]}"; do
 	b=${c%% *}
