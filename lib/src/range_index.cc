@@ -115,4 +115,21 @@ void RangeIndex::grow()
 	}
 }
 
+size_t RangeIndex::slots_read_by_miss(uintptr_t s, uintptr_t e) const
+{
+	size_t read = 0;
+	uint32_t levels = level_mask_.load(std::memory_order_relaxed) &
+			  ~((uint32_t(1) << level_of(e - s)) - 1);
+	while (levels) {
+		const unsigned level = unsigned(__builtin_ctz(levels));
+		levels &= levels - 1;
+		for (size_t i = home(make_key(level, s >> shift_of(level)));; i = (i + 1) & mask_) {
+			read++;
+			if (slots_[i].load(std::memory_order_relaxed) == 0)
+				break;
+		}
+	}
+	return read;
+}
+
 } // namespace mrn

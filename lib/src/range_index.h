@@ -65,6 +65,10 @@ public:
 	// must not be used afterwards.
 	void forget();
 
+	// Slots a lookup of [s, e) reads (find_covering with nothing
+	// acceptable): what a miss costs, for tests of the table's clustering.
+	size_t slots_read_by_miss(uintptr_t s, uintptr_t e) const;
+
 	// The level for entries of len bytes: the smallest whose chunk (a page
 	// times 4^level) holds len. Public for tests.
 	unsigned level_of(size_t len) const
@@ -134,13 +138,17 @@ private:
 				return;
 		}
 	}
-	// Neighbouring chunks stay neighbours in blocks of 2^kBlockBits slots: a walk
-	// through adjacent buffers reads the table as a stream the hardware
-	// prefetches (64-slot blocks, 1 KiB, were too short for that: a walk
-	// through a million adjacent entries then missed on nearly every line).
-	// The blocks themselves are scattered by a multiplicative hash, so
-	// regular strides do not pile up.
-	static constexpr unsigned kBlockBits = 10;
+	// Neighbouring chunks stay neighbours in blocks of 2^kBlockBits slots
+	// (two cache lines), so that a walk through adjacent buffers reads the
+	// table in short streams; the blocks themselves are scattered by a
+	// multiplicative hash, so regular strides do not pile up. Blocks must
+	// stay short: linear probing walks to the end of a run of full slots,
+	// and adjacent buffers fill whole blocks, so a key whose home falls in
+	// such a run (another level's, or a colliding block's) probes through
+	// it. With 1024-slot blocks a miss among 30,000 small adjacent buffers
+	// probed thousands of slots (capi_bench's mpi-like pattern: 3.3 us per
+	// request against ucs_rcache's 0.08 us).
+	static constexpr unsigned kBlockBits = 4;
 	size_t home(uint64_t key) const
 	{
 		const uint64_t block = (key >> kBlockBits) * UINT64_C(0x9E3779B97F4A7C15);
