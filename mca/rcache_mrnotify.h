@@ -51,6 +51,17 @@
 
 BEGIN_C_DECLS
 
+/*
+ * Open MPI 4.1 / 5.0 differences, the only ones this component meets: 5.0
+ * renamed the CUDA flag after its accelerator framework (same bit, 0x0008).
+ * Device memory is refused either way: libmrnotify watches host mappings.
+ */
+#if OPAL_MAJOR_VERSION >= 5
+#define MRN_RCACHE_FLAGS_DEVICE_MEM MCA_RCACHE_FLAGS_ACCELERATOR_MEM
+#else
+#define MRN_RCACHE_FLAGS_DEVICE_MEM MCA_RCACHE_FLAGS_CUDA_GPU_MEM
+#endif
+
 /* Registrations made outside the cache (BYPASS, PERSIST, INVALID). */
 #define MRN_REG_FLAG_UNCACHED MCA_RCACHE_FLAGS_MOD_RESV0
 
