@@ -85,6 +85,7 @@ typedef struct mrn_rcache_component {
 	unsigned long long max_entries;
 	bool print_stats;
 	int verbose;
+	bool serve_grdma; /* take over Open MPI's grdma (see check_configuration) */
 
 	/* Their indices, to tell values set by the user from defaults. */
 	int var_monitor, var_max_pinned, var_max_entries, var_fork, var_print_stats;

@@ -39,9 +39,23 @@ api_rxe() {
 	OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$COMPONENT_DIR" "$MCA_TESTDIR/rcache_rxe_test" "$@"
 }
 
+# How transports that ask for "grdma" by name get our cache. Where Open
+# MPI's grdma is a loadable component (Open MPI 4.1, Debian 12): the
+# grdma-named build first in the component path. Where it is built into
+# libopen-pal (Open MPI 5's default, Debian 13) Open MPI ignores a loadable
+# "grdma", and the mrnotify build takes grdma's place (serve_grdma).
+# RC: whose parameters (rcache_${RC}_*) and messages ($RC_LOG) the job's
+# caches have.
+if [ -e "$(ompi_info --path pkglibdir 2>/dev/null | sed -n 's/^ *Pkglibdir: *//p')/mca_rcache_grdma.so" ]; then
+	GRDMA_BUILTIN=no RC=grdma RC_LOG='rcache grdma (mrnotify)'
+	GRDMA_MCA="--mca mca_base_component_path $SHADOW_DIR:SYS_DEFAULT"
+else
+	GRDMA_BUILTIN=yes RC=mrnotify RC_LOG='rcache mrnotify'
+	GRDMA_MCA="--mca mca_base_component_path SYS_DEFAULT:$COMPONENT_DIR --mca rcache_mrnotify_serve_grdma 1"
+fi
+
 # mpirun over ob1 + btl/ofi (libfabric's sockets provider: no RDMA device
-# needed), with our cache in place of grdma: the grdma-named build comes
-# first in the component path.
+# needed), with our cache in place of grdma (GRDMA_MCA).
 NP=2
 mpirun_ofi() {
 	root=
@@ -50,12 +64,11 @@ mpirun_ofi() {
 		--mca pml ob1 --mca btl self,ofi --mca btl_ofi_mode 2 \
 		--mca btl_ofi_provider_include sockets --mca btl_ofi_provider_exclude '' \
 		--mca osc rdma \
-		--mca mca_base_component_path "$SHADOW_DIR:SYS_DEFAULT" \
-		--mca rcache_grdma_print_stats 1 "$@"
+		$GRDMA_MCA --mca "rcache_${RC}_print_stats" 1 "$@"
 }
 
 # The statistics lines our cache printed at MPI_Finalize, one per rank.
-stats() { grep 'rcache grdma (mrnotify): stats ' "$OUT"; }
+stats() { grep "$RC_LOG: stats " "$OUT"; }
 # stat_field NAME: that field of each statistics line, one per line.
 stat_field() { stats | sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 
