@@ -75,7 +75,7 @@ run_api() {
 
 run_rxe() {
 	if [ ! -x "$MCA_TESTDIR/rcache_rxe_test" ]; then
-		echo "SKIP: rcache_rxe_test was not built (no libibverbs-dev)"
+		skip "rcache_rxe_test was not built (no libibverbs-dev)"
 		return
 	fi
 	OMPI_MCA_rcache_mrnotify_monitor=kernel api_rxe >"$OUT" 2>&1
