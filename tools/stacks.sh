@@ -174,7 +174,8 @@ t_ok() {
 # timer components, which opal_config.h names (upstream installs them
 # nowhere): they are taken from the source package of the root's Open MPI
 # release (apt-get source, checked against the signed Sources index), into
-# a directory of their own: configure --with-ompi-source=$t_ompi_src.
+# a directory of their own (env: STACK_OMPI_SOURCE, for configure
+# --with-ompi-source).
 t_ompi_version() { # the root's libopenmpi-dev version, e.g. 5.0.7-1
 	dpkg-query --admindir="$t_root/var/lib/dpkg" -W -f='${Version}' libopenmpi-dev 2>/dev/null
 }

@@ -61,7 +61,6 @@ fi
 
 # In the chroot: paths are the host's (the build and source trees are bound
 # at the same place), the kernel and Open MPI are Debian 13's.
-# shellcheck disable=SC2016 # expanded by the shell in the chroot
 in_root() { # CMD...: run in the Debian 13 chroot, in $b
 	(cd "$b" && nice "$stacks" run 6.12 --bind "$srcdir" --bind "$STACK_OMPI_SOURCE" "$@")
 }
