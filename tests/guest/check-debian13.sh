@@ -101,5 +101,14 @@ nice "$srcdir/tests/guest/run-in-guest.sh" --root "$STACK_ROOT" \
 	--cwd "$b/tests" --bind "$srcdir" --bind "$b" \
 	--test-timeout 1500 --timeout 3000 --quiet --results "$b/guest-results" \
 	"${cmds[@]}" || status=1
+# Commands the guest never ran (it stopped early) have no N.rc: failures.
+shopt -s nullglob
+rcs=("$b"/guest-results/[0-9]*.rc)
+not_run=$((${#cmds[@]} - ${#rcs[@]}))
+if [ "$not_run" -gt 0 ]; then
+	echo "debian13-guest: 0 passed, $not_run failed, 0 skipped ($not_run of ${#cmds[@]} guest commands did not run: $b/guest-results/serial.log)" |
+		tee "$b/status.log"
+	status=1
+fi
 elapsed "guest tests"
 exit $status
