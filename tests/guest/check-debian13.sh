@@ -74,7 +74,9 @@ if [ ! -f "$b/Makefile" ] || [ "$srcdir/configure" -nt "$b/config.status" ]; the
 		exit 1
 	}
 fi
-sed -n '/^mrnotify .* configured/,$p' "$b/configure.log"
+# The root has no qemu: the guest tests run from the host (below).
+sed -n '/^mrnotify .* configured/,$p' "$b/configure.log" |
+	sed 's/^\(  guest tests \.*\) .*/\1 from the host, booting Debian 13'"'"'s kernel (below)/'
 if ! in_root make -j2 >"$b/make.log" 2>&1; then
 	grep -E 'error|Error' "$b/make.log" | head -n 30
 	status_line 0 1 0 "the build failed in the Debian 13 root: $b/make.log"
