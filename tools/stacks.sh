@@ -187,6 +187,7 @@ t_ompi_src() {
 	[ -n "$ver" ] || { say "6.12: no libopenmpi-dev in $t_root"; return 1; }
 	dir=$(t_ompi_src_dir)
 	[ -e "$dir/.complete" ] && return 0
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "6.12: Open MPI's headers not cached, MRNOTIFY_STACKS=skip"; return 3; }
 	inc=$t_root/usr/lib/x86_64-linux-gnu/openmpi/include/openmpi
 	tmp=$cache/trixie-ompi-src/tmp
 	rm -rf "$tmp" && mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache" "$tmp/src" || return 1

@@ -33,7 +33,9 @@ done
 stacks=$srcdir/tools/stacks.sh
 b=$builddir/debian13
 mkdir -p "$b" || exit 2
+# No results of an earlier run may be counted for this one.
 rm -rf "$b/guest-results" "$b/status.log"
+[ -d "$b/tests" ] && find "$b/tests" \( -name '*.log' -o -name '*.trs' \) -delete
 t_start=$(date +%s)
 
 status_line() { # PASSED FAILED SKIPPED WHY
