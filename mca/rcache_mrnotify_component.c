@@ -334,11 +334,12 @@ static int mrn_component_register(void)
 		c->serve_grdma = false;
 		(void)mca_base_component_var_register(
 			v, "serve_grdma",
-			"Give the transports that ask for the cache \"grdma\" by name (btl/ofi, "
-			"btl/uct, smsc/knem, vader's knem path) this cache instead: Open MPI's grdma "
-			"hands the creation of each cache to this component. For Open MPI builds whose "
-			"grdma is built into libopen-pal (Open MPI 5's default, Debian 13), where "
-			"the grdma-named build of mrnotify is ignored",
+			"Give the transports that ask for the cache \"grdma\" by name "
+			"(btl/ofi, btl/uct, smsc/knem, vader's knem path) this cache instead: "
+			"Open MPI's grdma hands the creation of each cache to this component. "
+			"For Open MPI builds whose grdma is built into libopen-pal (Open MPI "
+			"5's default, Debian 13), where the grdma-named build of mrnotify is "
+			"ignored",
 			MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_4,
 			MCA_BASE_VAR_SCOPE_READONLY, &c->serve_grdma);
 	}
@@ -486,11 +487,10 @@ static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources
 		 * sometimes drops a rank's message ("ORTE_ERROR_LOG: Out of
 		 * resource in ... show_help.c"), and this one must not be lost.
 		 */
-		char *msg = opal_show_help_string(MRN_HELP_FILE, "stock-grdma", true,
-						  MRN_LOG_PREFIX,
-						  res && res->cache_name ? res->cache_name
-									 : "(unnamed)",
-						  stock_grdma_param, MRN_SHADOW_DIR);
+		char *msg = opal_show_help_string(
+			MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
+			res && res->cache_name ? res->cache_name : "(unnamed)", stock_grdma_param,
+			MRN_SHADOW_DIR);
 		warned = true;
 		if (msg) {
 			opal_output(0, "%s", msg);
