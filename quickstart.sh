@@ -9,7 +9,8 @@
 #                          (also under ThreadSanitizer and AddressSanitizer),
 #                          the guest tests (module + rxe), the module's own
 #                          tests on Debian 11's and 13's kernels and on a
-#                          debug kernel, the benchmarks, then distcheck
+#                          debug kernel, the whole project on Debian 13
+#                          (Open MPI 5.0.7), the benchmarks, then distcheck
 # Each does its own set-up: missing Debian packages, autogen, configure, make.
 # The build goes to _build/ (MRNOTIFY_BUILD_DIR overrides).
 set -u -o pipefail
@@ -76,6 +77,8 @@ run_tests() {
 	# Their stacks are cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks};
 	# one that cannot be fetched is counted as skipped.
 	make check-kernels || status=1
+	say "Debian 13 (6.12, Open MPI 5.0.7): build, make check and the guest tests in its root (make check-debian13)"
+	make check-debian13 || status=1
 	say "the module on a debug kernel: lockdep, KASAN, KFENCE, the race fuzzer, trinity (make check-debug-kernel)"
 	# Run when the kernel is cached; MRNOTIFY_DEBUG_KERNEL=build builds it
 	# first (about 40 min on 2 cores); skipped otherwise.
@@ -99,11 +102,14 @@ run_tests() {
 	# which repeats the failed ones).
 	local mca_logs=(tests/mca/*.log)
 	mca_logs=("${mca_logs[@]/*test-suite.log/}")
+	local d13_logs=(debian13/tests/unit/*.log debian13/tests/mca/*.log)
+	d13_logs=("${d13_logs[@]/*test-suite.log/}")
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
 		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
 		"${mca_logs[@]}" \
 		tests/guest-results/[0-9]*.out \
-		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log || status=1
+		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \
+		"${d13_logs[@]}" debian13/guest-results/[0-9]*.out debian13/status.log || status=1
 	return $status
 }
 
@@ -120,7 +126,7 @@ test)
 	run_tests
 	;;
 *)
-	sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,13p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

@@ -28,10 +28,37 @@ AC_DEFUN([MRN_CHECK_OMPI], [
       AS_IF([test -z "$mrn_ompi_inc"], [mrn_ompi_why="Open MPI devel headers not found (install libopenmpi-dev or pass --with-ompi=DIR)"])],
     [AS_IF([test -r "$with_ompi/opal_config.h"], [mrn_ompi_inc=$with_ompi],
        [AC_MSG_ERROR([--with-ompi=$with_ompi: no opal_config.h there])])])
+  # Open MPI 5's opal_config.h names the headers of its built-in threads
+  # and timer components (MCA_*_HEADER), but make install does not install
+  # them (upstream v5.0.7 lists them as noinst sources; Debian 13's
+  # libopenmpi-dev lacks opal/mca/threads/pthreads/*.h and
+  # opal/mca/timer/linux/timer_linux.h). They come from the matching
+  # source tree, searched after the installed headers:
+  # --with-ompi-source=DIR (tools/stacks.sh fetches Debian's for 6.12).
+  AC_ARG_WITH([ompi-source],
+    [AS_HELP_STRING([--with-ompi-source=DIR], [the source tree of the same Open MPI release, for the internal headers its devel package lacks (Open MPI 5: opal/mca/threads/pthreads/*.h, opal/mca/timer/linux/*.h)])],
+    [], [with_ompi_source=])
+  mrn_ompi_src_cppflags=
+  AS_IF([test -n "$mrn_ompi_inc"], [
+    mrn_ompi_missing=
+    for h in `sed -n 's/^#define MCA_[[A-Za-z0-9_]]*HEADER "\(.*\.h\)"$/\1/p' "$mrn_ompi_inc/opal_config.h"`; do
+      AS_IF([test -r "$mrn_ompi_inc/$h"], [],
+        [test -n "$with_ompi_source" && test -r "$with_ompi_source/$h"], [],
+        [mrn_ompi_missing="$mrn_ompi_missing $h"])
+    done
+    AS_IF([test -n "$with_ompi_source" && test "x$with_ompi_source" != xno],
+      [mrn_ompi_src_cppflags="-I$with_ompi_source"])
+    AS_IF([test -n "$mrn_ompi_missing"], [
+      mrn_ompi_why="Open MPI's devel headers at $mrn_ompi_inc lack$mrn_ompi_missing (pass --with-ompi-source=DIR: the same release's source tree)"
+      mrn_ompi_inc=])])
   AC_MSG_CHECKING([for Open MPI internal headers])
   AS_IF([test -n "$mrn_ompi_inc"], [
     MRN_WITH_OMPI=yes
-    OMPI_CPPFLAGS="-I$mrn_ompi_inc"
+    OMPI_CPPFLAGS="-I$mrn_ompi_inc $mrn_ompi_src_cppflags"
+    # Open MPI 5 includes pmix.h from an external PMIx (Debian: libpmix-dev,
+    # outside the default include path).
+    AS_IF([test -r "$mrn_ompi_inc/opal/mca/pmix/pmix-internal.h" && test -n "$PKG_CONFIG"],
+      [OMPI_CPPFLAGS="$OMPI_CPPFLAGS `$PKG_CONFIG --cflags-only-I pmix 2>/dev/null`"])
     mrn_ompi_ver=`sed -n 's/^#define OPAL_VERSION "\(.*\)"/\1/p' "$mrn_ompi_inc/opal/version.h" 2>/dev/null`
     AC_MSG_RESULT([$mrn_ompi_inc (Open MPI $mrn_ompi_ver)])
     mrn_ompi_why="Open MPI $mrn_ompi_ver at $mrn_ompi_inc"
@@ -70,11 +97,13 @@ AC_DEFUN([MRN_CHECK_OMPI], [
 ])
 
 # MRN_CHECK_PKG(VAR, module, what to install)
+# Skipped when mrn_why_VAR is already set (the part was switched off).
 AC_DEFUN([MRN_CHECK_PKG], [
+  AS_IF([test -n "$mrn_why_$1"], [MRN_HAVE_$1=no], [
   PKG_CHECK_MODULES([$1], [$2], [MRN_HAVE_$1=yes
     mrn_why_$1="`$PKG_CONFIG --modversion $2 | head -n 1`"],
     [MRN_HAVE_$1=no
-    mrn_why_$1="$2 not found (install $3)"])
+    mrn_why_$1="$2 not found (install $3)"])])
   AM_CONDITIONAL([MRN_HAVE_$1], [test "x$MRN_HAVE_$1" = xyes])
 ])
 

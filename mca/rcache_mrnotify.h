@@ -51,6 +51,17 @@
 
 BEGIN_C_DECLS
 
+/*
+ * Open MPI 4.1 / 5.0 differences, the only ones this component meets: 5.0
+ * renamed the CUDA flag after its accelerator framework (same bit, 0x0008).
+ * Device memory is refused either way: libmrnotify watches host mappings.
+ */
+#if OPAL_MAJOR_VERSION >= 5
+#define MRN_RCACHE_FLAGS_DEVICE_MEM MCA_RCACHE_FLAGS_ACCELERATOR_MEM
+#else
+#define MRN_RCACHE_FLAGS_DEVICE_MEM MCA_RCACHE_FLAGS_CUDA_GPU_MEM
+#endif
+
 /* Registrations made outside the cache (BYPASS, PERSIST, INVALID). */
 #define MRN_REG_FLAG_UNCACHED MCA_RCACHE_FLAGS_MOD_RESV0
 
@@ -74,6 +85,7 @@ typedef struct mrn_rcache_component {
 	unsigned long long max_entries;
 	bool print_stats;
 	int verbose;
+	bool serve_grdma; /* take over Open MPI's grdma (see check_configuration) */
 
 	/* Their indices, to tell values set by the user from defaults. */
 	int var_monitor, var_max_pinned, var_max_entries, var_fork, var_print_stats;

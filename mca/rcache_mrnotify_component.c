@@ -330,6 +330,19 @@ static int mrn_component_register(void)
 		"3 libmrnotify's debug messages",
 		MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
 		&c->verbose);
+	if (!MRN_IS_SHADOW) {
+		c->serve_grdma = false;
+		(void)mca_base_component_var_register(
+			v, "serve_grdma",
+			"Give the transports that ask for the cache \"grdma\" by name "
+			"(btl/ofi, btl/uct, smsc/knem, vader's knem path) this cache instead: "
+			"Open MPI's grdma hands the creation of each cache to this component. "
+			"For Open MPI builds whose grdma is built into libopen-pal (Open MPI "
+			"5's default, Debian 13), where the grdma-named build of mrnotify is "
+			"ignored",
+			MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_4,
+			MCA_BASE_VAR_SCOPE_READONLY, &c->serve_grdma);
+	}
 	check_params();
 	return OPAL_SUCCESS;
 }
@@ -474,11 +487,10 @@ static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources
 		 * sometimes drops a rank's message ("ORTE_ERROR_LOG: Out of
 		 * resource in ... show_help.c"), and this one must not be lost.
 		 */
-		char *msg = opal_show_help_string(MRN_HELP_FILE, "stock-grdma", true,
-						  MRN_LOG_PREFIX,
-						  res && res->cache_name ? res->cache_name
-									 : "(unnamed)",
-						  stock_grdma_param, MRN_SHADOW_DIR);
+		char *msg = opal_show_help_string(
+			MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
+			res && res->cache_name ? res->cache_name : "(unnamed)", stock_grdma_param,
+			MRN_SHADOW_DIR);
 		warned = true;
 		if (msg) {
 			opal_output(0, "%s", msg);
@@ -488,6 +500,8 @@ static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources
 	return stock_grdma_init(res);
 }
 
+static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t *res);
+
 static void check_configuration(void)
 {
 	mca_rcache_base_component_t *grdma = stock_grdma();
@@ -496,6 +510,22 @@ static void check_configuration(void)
 	check_component_path();
 	if (!grdma || MRN_IS_SHADOW)
 		return;
+	/*
+	 * serve_grdma: Open MPI finds a cache by name, first match, and keeps
+	 * one component per name; with grdma built into libopen-pal (Open MPI
+	 * 5's default) a loadable "grdma" is dropped as "already loaded". So
+	 * the stock grdma's init is pointed at ours, as the warning below
+	 * wraps it; close puts it back.
+	 */
+	if (mca_rcache_mrnotify_component.serve_grdma) {
+		if (grdma->rcache_init == mrn_component_init)
+			return;
+		stock_grdma_init = grdma->rcache_init;
+		stock_grdma_wrapped = grdma;
+		grdma->rcache_init = mrn_component_init;
+		mrn_log(1, "serving the transports that ask for grdma (serve_grdma)");
+		return;
+	}
 	set = param_set_for("grdma");
 	if (!set)
 		set = param_set_for(MRN_RCACHE_NAME_STR);

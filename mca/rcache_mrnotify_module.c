@@ -364,7 +364,7 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 	int rc;
 
 	*reg = NULL;
-	if (OPAL_UNLIKELY(flags & MCA_RCACHE_FLAGS_CUDA_GPU_MEM))
+	if (OPAL_UNLIKELY(flags & MRN_RCACHE_FLAGS_DEVICE_MEM))
 		return OPAL_ERR_NOT_SUPPORTED;
 	if (OPAL_UNLIKELY(size == 0))
 		size = 1; /* a registration covers at least its page */

@@ -17,7 +17,8 @@
 #   stacks.sh env KERNEL                print the stack's paths as shell
 #                                       assignments (STACK_RELEASE, STACK_ROOT,
 #                                       STACK_MODULES_ROOT, STACK_IMAGE,
-#                                       STACK_BUILD)
+#                                       STACK_BUILD, STACK_OMPI_SOURCE:
+#                                       Open MPI headers its package lacks)
 #   stacks.sh build-module KERNEL SRC OUT
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
@@ -158,7 +159,59 @@ t_root=$cache/trixie-root
 # UCX 1.18 and Debian 13's kernel with headers.
 t_packages=build-essential,autoconf,automake,libtool,pkg-config,libibverbs-dev,librdmacm-dev,ibverbs-providers,ibverbs-utils,libopenmpi-dev,openmpi-bin,libucx-dev,ucx-utils,libhwloc-dev,libgtest-dev,kmod,iproute2,rdma-core,linux-image-amd64,linux-headers-amd64
 
-t_ok() { [ -e "$t_root/.complete" ]; }
+# Complete, and holding every package of the list: a root made before a
+# package was added to t_packages is made again.
+t_ok() {
+	[ -e "$t_root/.complete" ] || return 1
+	local missing
+	# shellcheck disable=SC2046 # package names
+	missing=$(dpkg-query --admindir="$t_root/var/lib/dpkg" -W -f='${db:Status-Abbrev} ${Package}\n' \
+		$(echo "$t_packages" | tr ',' ' ') 2>&1 | grep -v '^ii ')
+	[ -z "$missing" ] || { say "6.12: the cached root lacks: $missing"; return 1; }
+}
+
+# Open MPI 5's devel package lacks the headers of its built-in threads and
+# timer components, which opal_config.h names (upstream installs them
+# nowhere): they are taken from the source package of the root's Open MPI
+# release (apt-get source, checked against the signed Sources index), into
+# a directory of their own (env: STACK_OMPI_SOURCE, for configure
+# --with-ompi-source).
+t_ompi_version() { # the root's libopenmpi-dev version, e.g. 5.0.7-1
+	dpkg-query --admindir="$t_root/var/lib/dpkg" -W -f='${Version}' libopenmpi-dev 2>/dev/null
+}
+t_ompi_src_dir() { echo "$cache/trixie-ompi-src/$(t_ompi_version)"; }
+
+t_ompi_src() {
+	local ver dir inc tmp d dirs=()
+	ver=$(t_ompi_version)
+	[ -n "$ver" ] || { say "6.12: no libopenmpi-dev in $t_root"; return 1; }
+	dir=$(t_ompi_src_dir)
+	[ -e "$dir/.complete" ] && return 0
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "6.12: Open MPI's headers not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	inc=$t_root/usr/lib/x86_64-linux-gnu/openmpi/include/openmpi
+	tmp=$cache/trixie-ompi-src/tmp
+	rm -rf "$tmp" && mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache" "$tmp/src" || return 1
+	: >"$tmp/apt/status"
+	echo "deb-src $(mirror) trixie main" >"$tmp/apt/sources.list"
+	local o=(-o Dir::Etc::sourcelist="$tmp/apt/sources.list" -o Dir::Etc::sourceparts=/dev/null
+		-o Dir::State::Lists="$tmp/apt/lists" -o Dir::State::status="$tmp/apt/status"
+		-o Dir::Cache="$tmp/apt/cache" -o APT::Sandbox::User=root)
+	apt-get -q --error-on=any "${o[@]}" update >/dev/null &&
+		(cd "$tmp" && apt-get -q "${o[@]}" source --download-only "openmpi=$ver" >/dev/null) ||
+		{ say "6.12: could not download Open MPI $ver's source package"; rm -rf "$tmp"; return 3; }
+	# Each header opal_config.h names that the package lacks, with the
+	# headers beside it (they include each other).
+	for d in $(sed -n 's/^#define MCA_[A-Za-z0-9_]*HEADER "\(.*\.h\)"$/\1/p' "$inc/opal_config.h" |
+		while read -r h; do [ -e "$inc/$h" ] || echo "${h%/*}"; done | sort -u); do
+		dirs+=("*/$d/*.h")
+	done
+	if [ ${#dirs[@]} -gt 0 ]; then
+		tar -xf "$tmp"/openmpi_"${ver%-*}".orig.tar.* -C "$tmp/src" --strip-components=1 \
+			--wildcards "${dirs[@]}" || { rm -rf "$tmp"; return 1; }
+	fi
+	rm -rf "$dir" && mkdir -p "${dir%/*}" && mv "$tmp/src" "$dir" && rm -rf "$tmp" &&
+		: >"$dir/.complete"
+}
 
 t_make() {
 	command -v mmdebstrap >/dev/null || { say "6.12: mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
@@ -171,11 +224,12 @@ t_make() {
 }
 
 fetch_612() {
-	t_ok && { say "6.12: cached in $t_root"; return 0; }
+	t_ok && { say "6.12: cached in $t_root"; t_ompi_src; return; }
 	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "6.12: not cached, MRNOTIFY_STACKS=skip"; return 3; }
 	mkdir -p "$cache" || return 1
 	timed "6.12: Debian 13 root (mmdebstrap)" t_make || return $?
 	: >"$t_root/.complete"
+	timed "6.12: Open MPI's missing headers (apt-get source)" t_ompi_src
 }
 
 env_612() {
@@ -186,6 +240,7 @@ env_612() {
 	echo "STACK_MODULES_ROOT=$t_root"
 	echo "STACK_IMAGE=$t_root/boot/vmlinuz-$rel"
 	echo "STACK_BUILD=$t_root/usr/src/linux-headers-$rel"
+	echo "STACK_OMPI_SOURCE=$(t_ompi_src_dir)"
 }
 
 # In a private mount namespace: the output folder is bound into the root at

@@ -75,7 +75,7 @@ run_api() {
 
 run_rxe() {
 	if [ ! -x "$MCA_TESTDIR/rcache_rxe_test" ]; then
-		echo "SKIP: rcache_rxe_test was not built (no libibverbs-dev)"
+		skip "rcache_rxe_test was not built (no libibverbs-dev)"
 		return
 	fi
 	OMPI_MCA_rcache_mrnotify_monitor=kernel api_rxe >"$OUT" 2>&1
@@ -125,11 +125,11 @@ run_probe() {
 
 # No memory hooks at all: the kernel monitor is the only source of
 # invalidations.
-GUEST_MCA="--mca memory ^patcher --mca rcache_grdma_monitor kernel"
+GUEST_MCA="--mca memory ^patcher --mca rcache_${RC}_monitor kernel"
 
 run_mpi() {
 	# Short: a 2-rank job takes tens of seconds under TCG.
-	mpirun_ofi $GUEST_MCA --mca rcache_grdma_verbose 1 "$MPI_TEST" --iters 2 >"$OUT" 2>&1 ||
+	mpirun_ofi $GUEST_MCA --mca "rcache_${RC}_verbose" 1 "$MPI_TEST" --iters 2 >"$OUT" 2>&1 ||
 		fail "mpirun exited $?"
 	cat "$OUT"
 	check_job "guest mpirun, kernel monitor, memory ^patcher" &&

@@ -27,6 +27,15 @@
 // is no rxe0.
 extern "C" {
 #include "opal_config.h"
+// Open MPI 5.0.7's opal/mca/base/mca_base_alias.h and opal/util/event.h open
+// more extern "C" blocks (BEGIN_C_DECLS) than they close, which C does not
+// notice. This block gives the headers C linkage already: their own
+// BEGIN/END_C_DECLS are made empty, so the imbalance cannot swallow the rest
+// of the file.
+#undef BEGIN_C_DECLS
+#undef END_C_DECLS
+#define BEGIN_C_DECLS
+#define END_C_DECLS
 
 #include "opal/mca/base/base.h"
 #include "opal/mca/rcache/base/base.h"

@@ -1,0 +1,118 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# check-debian13.sh: the whole project on Debian 13 (kernel 6.12, Open MPI
+# 5.0.7): built in a chroot of the cached Debian 13 root (tools/stacks.sh
+# run 6.12), make check there (unit tests, the Open MPI component's tests),
+# then the guest tests (make check-guest's commands) in a guest booting
+# Debian 13's kernel with that root over 9p.
+#
+# Usage: check-debian13.sh --srcdir DIR --builddir DIR [-- CONFIGURE-ARGS...]
+# The tree is configured in BUILDDIR/debian13 with --enable-werror
+# --without-ucx (the UCX plugin does not build against UCX 1.18 yet) and
+# CONFIGURE-ARGS. Results, read by tools/test-summary.sh:
+#   BUILDDIR/debian13/tests/**/*.log     make check's logs
+#   BUILDDIR/debian13/guest-results/     N.out / N.rc per guest command
+#   BUILDDIR/debian13/status.log         one "N passed, N failed, N skipped"
+#                                        line when a step did not get to run
+#                                        its tests (stack missing: SKIP;
+#                                        build failed: FAIL)
+set -u -o pipefail
+prog=$(basename "$0")
+srcdir='' builddir=''
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
+	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
+	--) shift; break ;;
+	-h|--help) sed -n '4,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "$prog: unknown option $1" >&2; exit 2 ;;
+	esac
+done
+[ -n "$srcdir" ] && [ -n "$builddir" ] || { echo "$prog: --srcdir and --builddir are needed" >&2; exit 2; }
+stacks=$srcdir/tools/stacks.sh
+b=$builddir/debian13
+mkdir -p "$b" || exit 2
+# No results of an earlier run may be counted for this one.
+rm -rf "$b/guest-results" "$b/status.log"
+[ -d "$b/tests" ] && find "$b/tests" \( -name '*.log' -o -name '*.trs' \) -delete
+t_start=$(date +%s)
+
+status_line() { # PASSED FAILED SKIPPED WHY
+	echo "debian13: $1 passed, $2 failed, $3 skipped ($4)" | tee "$b/status.log"
+}
+elapsed() { echo "$prog: $1: $(($(date +%s) - t_start)) s since the start"; }
+
+"$stacks" fetch 6.12
+rc=$?
+if [ $rc -eq 3 ]; then
+	status_line 0 0 1 "the Debian 13 stack could not be fetched"
+	exit 0
+elif [ $rc -ne 0 ]; then
+	status_line 0 1 0 "setting up the Debian 13 stack failed"
+	exit 1
+fi
+elapsed "stack ready"
+env=$("$stacks" env 6.12) || { status_line 0 1 0 "stacks.sh env 6.12 failed"; exit 1; }
+eval "$env"
+# shellcheck disable=SC2154 # STACK_* come from stacks.sh env
+if [ ! -e "$STACK_OMPI_SOURCE/.complete" ]; then
+	status_line 0 0 1 "Open MPI's source headers could not be fetched"
+	exit 0
+fi
+
+# In the chroot: paths are the host's (the build and source trees are bound
+# at the same place), the kernel and Open MPI are Debian 13's.
+in_root() { # CMD...: run in the Debian 13 chroot, in $b
+	(cd "$b" && nice "$stacks" run 6.12 --bind "$srcdir" --bind "$STACK_OMPI_SOURCE" "$@")
+}
+if [ ! -f "$b/Makefile" ] || [ "$srcdir/configure" -nt "$b/config.status" ]; then
+	in_root "$srcdir/configure" --enable-werror --without-ucx \
+		--with-ompi-source="$STACK_OMPI_SOURCE" \
+		--with-kernel-build="/usr/src/linux-headers-$STACK_RELEASE" \
+		--with-kernel-image="/boot/vmlinuz-$STACK_RELEASE" "$@" >"$b/configure.log" 2>&1 || {
+		tail -n 20 "$b/configure.log"
+		status_line 0 1 0 "configure failed in the Debian 13 root: $b/configure.log"
+		exit 1
+	}
+fi
+# The root has no qemu: the guest tests run from the host (below).
+sed -n '/^mrnotify .* configured/,$p' "$b/configure.log" |
+	sed 's/^\(  guest tests \.*\) .*/\1 from the host, booting Debian 13'"'"'s kernel (below)/'
+if ! in_root make -j2 >"$b/make.log" 2>&1; then
+	grep -E 'error|Error' "$b/make.log" | head -n 30
+	status_line 0 1 0 "the build failed in the Debian 13 root: $b/make.log"
+	exit 1
+fi
+elapsed "built"
+status=0
+echo "== make check in the Debian 13 root"
+in_root make -k -j2 check >"$b/check.log" 2>&1 || status=1
+grep -E '^(# (TOTAL|PASS|SKIP|FAIL|ERROR)|(FAIL|ERROR):)' "$b/check.log"
+elapsed "make check"
+# make check-guest's commands and flags, from the Debian 13 build.
+in_root make -s -C tests guest-commands.list >/dev/null 2>&1 &&
+	[ -s "$b/tests/guest-commands.list" ] || {
+	status_line 0 1 0 "no guest command list (make -C tests guest-commands.list)"
+	exit 1
+}
+mapfile -t cmds <"$b/tests/guest-commands.list"
+mapfile -t flags <"$b/tests/guest-flags.list"
+echo "== the guest tests: Debian 13's $STACK_RELEASE booting the Debian 13 root"
+nice "$srcdir/tests/guest/run-in-guest.sh" --root "$STACK_ROOT" \
+	--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE" \
+	--kernel-image "$STACK_IMAGE" "${flags[@]}" \
+	--cwd "$b/tests" --bind "$srcdir" --bind "$b" \
+	--test-timeout 1500 --timeout 3000 --quiet --results "$b/guest-results" \
+	"${cmds[@]}" || status=1
+# Commands the guest never ran (it stopped early) have no N.rc: failures.
+shopt -s nullglob
+rcs=("$b"/guest-results/[0-9]*.rc)
+not_run=$((${#cmds[@]} - ${#rcs[@]}))
+if [ "$not_run" -gt 0 ]; then
+	echo "debian13-guest: 0 passed, $not_run failed, 0 skipped ($not_run of ${#cmds[@]} guest commands did not run: $b/guest-results/serial.log)" |
+		tee "$b/status.log"
+	status=1
+fi
+elapsed "guest tests"
+exit $status
