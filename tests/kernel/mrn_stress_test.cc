@@ -403,9 +403,10 @@ TEST(UserCap, RegistrationsAcrossContextsAndProcesses)
 		}
 		_exit(0);
 	};
+	// Each pair is made just before its child, so that the first child
+	// does not hold the second one's pipe open (and vice versa).
 	int sa[2], sb[2];
-	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sa));
-	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sb));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sa));
 	pid_t a = fork();
 	ASSERT_GE(a, 0);
 	if (a == 0) {
@@ -416,10 +417,12 @@ TEST(UserCap, RegistrationsAcrossContextsAndProcesses)
 	int na = -1, nb = -1;
 	ASSERT_EQ(static_cast<ssize_t>(sizeof(na)), read(sa[0], &na, sizeof(na)));
 	EXPECT_EQ(200, na);
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sb));
 	pid_t b = fork();
 	ASSERT_GE(b, 0);
 	if (b == 0) {
 		close(sb[0]);
+		close(sa[0]); // the first child's peer: its EOF must not wait for us
 		child_fill(sb[1]);
 	}
 	close(sb[1]);

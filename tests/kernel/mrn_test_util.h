@@ -4,6 +4,7 @@
 #ifndef MRN_TEST_UTIL_H
 #define MRN_TEST_UTIL_H
 
+#include <linux/io_uring.h>
 #include <linux/mrnotify.h>
 
 #include <errno.h>
@@ -12,6 +13,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -297,6 +300,55 @@ inline uint64_t pfn_of(const void *addr)
 	if (n != sizeof(e) || !(e & (1ULL << 63)))
 		return 0;
 	return e & ((1ULL << 55) - 1);
+}
+
+// A real long-term pin (FOLL_PIN | FOLL_LONGTERM, as ibv_reg_mr takes):
+// io_uring fixed buffers. ok() is false where io_uring is unavailable.
+class LongTermPin {
+public:
+	LongTermPin(void *addr, size_t len)
+	{
+		io_uring_params params;
+		memset(&params, 0, sizeof(params));
+		fd_ = static_cast<int>(syscall(__NR_io_uring_setup, 1, &params));
+		if (fd_ < 0)
+			return;
+		iovec iov{addr, len};
+		ok_ = syscall(__NR_io_uring_register, fd_, IORING_REGISTER_BUFFERS, &iov, 1) == 0;
+	}
+	~LongTermPin()
+	{
+		if (fd_ >= 0)
+			close(fd_);
+	}
+	LongTermPin(const LongTermPin &) = delete;
+	LongTermPin &operator=(const LongTermPin &) = delete;
+	bool ok() const { return ok_; }
+
+private:
+	int fd_ = -1;
+	bool ok_ = false;
+};
+
+// AnonHugePages/Private_Hugetlb (kB) of the mapping containing addr, from
+// /proc/self/smaps; -1 if not found.
+inline long smaps_kb(const void *addr, const std::string &field)
+{
+	std::ifstream f("/proc/self/smaps");
+	std::string line;
+	const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+	bool in = false;
+	while (std::getline(f, line)) {
+		unsigned long lo, hi;
+		if (sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
+		    line.find(':') > line.find(' ')) {
+			in = a >= lo && a < hi;
+			continue;
+		}
+		if (in && line.compare(0, field.size() + 1, field + ":") == 0)
+			return std::stol(line.substr(field.size() + 1));
+	}
+	return -1;
 }
 
 // Slab/kernel memory in bytes from /proc/meminfo ("Slab:" etc.).

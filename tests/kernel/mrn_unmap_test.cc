@@ -562,4 +562,204 @@ TEST_F(Unmap, ProtocolHoldsUnderRacingRemaps)
 	EXPECT_GT(caught + clean, 10);
 }
 
+// --- precision on huge pages: figures, and never a lost invalidation -------
+
+constexpr size_t kHuge = 2u << 20;
+
+// A 2 MiB-aligned anonymous THP, populated; nullptr if THP is unavailable.
+class Thp {
+public:
+	Thp()
+	{
+		raw_ = static_cast<char *>(mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE,
+						MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+		if (raw_ == MAP_FAILED) {
+			raw_ = nullptr;
+			return;
+		}
+		char *a = reinterpret_cast<char *>(
+			(reinterpret_cast<uintptr_t>(raw_) + kHuge - 1) & ~(kHuge - 1));
+		if (madvise(a, kHuge, MADV_HUGEPAGE) != 0)
+			return;
+		memset(a, 0x11, kHuge);
+		if (mrn::smaps_kb(a, "AnonHugePages") >= 2048)
+			p_ = a;
+	}
+	~Thp()
+	{
+		if (raw_)
+			munmap(raw_, 2 * kHuge);
+	}
+	char *get() const { return p_; }
+
+private:
+	char *raw_ = nullptr;
+	char *p_ = nullptr;
+};
+
+// The frame of each page of [p, p + n pages).
+std::vector<uint64_t> pfns(const char *p, int n)
+{
+	std::vector<uint64_t> v;
+	for (int i = 0; i < n; i++)
+		v.push_back(mrn::pfn_of(p + i * page_size()));
+	return v;
+}
+
+// Registrations whose page changed frame must all be among the drained:
+// a changed frame with a clean registration is a lost invalidation.
+long lost_invalidations(const std::vector<uint64_t> &before, const std::vector<uint64_t> &after,
+			const std::vector<uint64_t> &ids, const Ids &drained)
+{
+	long lost = 0;
+	for (size_t i = 0; i < ids.size(); i++)
+		if (before[i] != after[i] && !drained.count(ids[i]))
+			lost++;
+	return lost;
+}
+
+class Precision : public Unmap {};
+
+// A PMD split replaces no page but is announced as CLEAR over 2 MiB: the
+// figure is how many of 512 one-page registrations one split invalidates.
+TEST_F(Precision, ThpSplitInvalidatesTheWholeHugePage)
+{
+	Thp t;
+	if (!t.get())
+		GTEST_SKIP() << "no transparent huge page (THP disabled?)";
+	const int n = static_cast<int>(kHuge / page_size());
+	auto ids = reg_pages(c, t.get(), n);
+	auto before = pfns(t.get(), n);
+	// mprotect of one page splits the VMA, and so the huge PMD.
+	ASSERT_EQ(0, mprotect(t.get() + 7 * page_size(), page_size(), PROT_READ));
+	auto after = pfns(t.get(), n);
+	Ids drained = c.drain_ids();
+	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	long moved = 0;
+	for (int i = 0; i < n; i++)
+		moved += before[i] != after[i];
+	printf("THP split by mprotect of 1 page: %zu of %d one-page registrations invalidated, "
+	       "%ld pages replaced, AnonHugePages now %ld kB\n",
+	       drained.size(), n, moved, mrn::smaps_kb(t.get(), "AnonHugePages"));
+}
+
+// fork with a THP pinned for DMA (io_uring fixed buffers: FOLL_LONGTERM):
+// the parent's huge PMD is split and the pinned pages stay the parent's.
+TEST_F(Precision, ForkWithPinnedThp)
+{
+	Thp t;
+	if (!t.get())
+		GTEST_SKIP() << "no transparent huge page (THP disabled?)";
+	mrn::LongTermPin pin(t.get(), kHuge);
+	if (!pin.ok())
+		GTEST_SKIP() << "io_uring fixed buffers unavailable: " << strerror(errno);
+	const int n = static_cast<int>(kHuge / page_size());
+	auto ids = reg_pages(c, t.get(), n);
+	auto before = pfns(t.get(), n);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		t.get()[0] = 1; // the child writes its copy
+		_exit(0);
+	}
+	int st = 0;
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	memset(t.get(), 0x22, kHuge); // the parent writes: no COW for pinned pages
+	auto after = pfns(t.get(), n);
+	Ids drained = c.drain_ids();
+	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	long moved = 0;
+	for (int i = 0; i < n; i++)
+		moved += before[i] != after[i];
+	printf("fork with a pinned THP: %zu of %d registrations invalidated, %ld pages replaced "
+	       "in the parent\n",
+	       drained.size(), n, moved);
+}
+
+// madvise on part of a THP that holds a registration elsewhere in it.
+TEST_F(Precision, MadviseOnPartOfAThp)
+{
+	Thp t;
+	if (!t.get())
+		GTEST_SKIP() << "no transparent huge page (THP disabled?)";
+	mrn::LongTermPin pin(t.get() + 256 * page_size(), page_size());
+	const int n = static_cast<int>(kHuge / page_size());
+	auto ids = reg_pages(c, t.get(), n);
+	auto before = pfns(t.get(), n);
+	ASSERT_EQ(0, madvise(t.get(), page_size(), MADV_DONTNEED));
+	t.get()[0] = 1;
+	auto after = pfns(t.get(), n);
+	Ids drained = c.drain_ids();
+	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	EXPECT_TRUE(drained.count(ids[0])) << "the zapped page must be invalidated";
+	long moved = 0;
+	for (int i = 0; i < n; i++)
+		moved += before[i] != after[i];
+	printf("MADV_DONTNEED of 1 page of a THP (page 256 pinned: %s): %zu of %d registrations "
+	       "invalidated, %ld pages replaced\n",
+	       pin.ok() ? "yes" : "no", drained.size(), n, moved);
+}
+
+// MADV_FREE invalidates at madvise time, although the pages stay mapped
+// until reclaim: the figure shows how many of 16 registrations.
+TEST_F(Precision, MadvFreeInvalidatesAtMadviseTime)
+{
+	Map m(16 * page_size());
+	m.touch();
+	auto ids = reg_pages(c, m.get(), 16);
+	auto before = pfns(m.get(), 16);
+	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_FREE));
+	auto after = pfns(m.get(), 16);
+	Ids drained = c.drain_ids();
+	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	long still = 0;
+	for (int i = 0; i < 16; i++)
+		still += after[i] != 0 && after[i] == before[i];
+	printf("MADV_FREE: %zu of 16 registrations invalidated at madvise time; %ld pages still "
+	       "mapped to the same frame\n",
+	       drained.size(), still);
+}
+
+// fork of a MAP_PRIVATE hugetlb mapping: CLEAR over the whole VMA on 6.1.
+TEST_F(Precision, PrivateHugetlbFork)
+{
+	std::string old;
+	{
+		std::ifstream f("/proc/sys/vm/nr_hugepages");
+		f >> old;
+	}
+	auto set_huge = [](const std::string &v) {
+		std::ofstream f("/proc/sys/vm/nr_hugepages");
+		f << v;
+		return static_cast<bool>(f.flush());
+	};
+	if (old.empty() || !set_huge(std::to_string(std::stol(old) + 2)))
+		GTEST_SKIP() << "cannot reserve hugetlb pages";
+	void *raw = mmap(nullptr, kHuge, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (raw == MAP_FAILED) {
+		set_huge(old);
+		GTEST_SKIP() << "MAP_HUGETLB: " << strerror(errno);
+	}
+	char *h = static_cast<char *>(raw);
+	memset(h, 0x33, kHuge);
+	const int n = static_cast<int>(kHuge / page_size());
+	auto ids = reg_pages(c, h, n);
+	auto before = pfns(h, n);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		_exit(0);
+	int st = 0;
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	h[0] = 1;
+	auto after = pfns(h, n);
+	Ids drained = c.drain_ids();
+	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	printf("fork of a private hugetlb mapping: %zu of %d registrations invalidated, frame %s\n",
+	       drained.size(), n, before[0] == after[0] ? "kept" : "replaced");
+	munmap(h, kHuge);
+	set_huge(old);
+}
+
 } // namespace
