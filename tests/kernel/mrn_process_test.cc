@@ -237,6 +237,54 @@ TEST(Exit, OwnerExitInvalidatesAndReleasesEverything)
 	EXPECT_EQ(before["registrations"], after["registrations"]);
 }
 
+// The image exec'd by the next test: MRN_TEST_EXEC_FD names a context fd
+// inherited across execve (opened without O_CLOEXEC). Every ioctl and mmap
+// must be EIO: the exec'd process has a new address space.
+const int exec_check = [] {
+	const char *e = getenv("MRN_TEST_EXEC_FD");
+	if (!e)
+		return 0;
+	const int fd = atoi(e);
+	mrn_query q{};
+	q.size = sizeof(q);
+	errno = 0;
+	bool ok = ioctl(fd, MRN_IOC_QUERY, &q) == -1 && errno == EIO;
+	mrn_drain d = Ctx::drain_arg(nullptr, 0);
+	errno = 0;
+	ok = ok && ioctl(fd, MRN_IOC_DRAIN, &d) == -1 && errno == EIO;
+	errno = 0;
+	ok = ok && mmap(nullptr, page_size(), PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED &&
+	     errno == EIO;
+	_exit(ok ? 0 : 3);
+}();
+
+TEST(Exec, InheritedContextIsEIOAfterExecAndReleasedAtExit)
+{
+	auto before = mrn::global_stats();
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int fd = open(MRN_DEVICE_PATH, O_RDWR); // no O_CLOEXEC on purpose
+		Map m(page_size());
+		m.touch();
+		mrn_register r{};
+		r.size = sizeof(r);
+		r.addr = reinterpret_cast<uintptr_t>(m.get());
+		r.length = page_size();
+		if (fd < 0 || ioctl(fd, MRN_IOC_REGISTER, &r) != 0)
+			_exit(4);
+		setenv("MRN_TEST_EXEC_FD", std::to_string(fd).c_str(), 1);
+		execl("/proc/self/exe", "mrn_process_test", static_cast<char *>(nullptr));
+		_exit(5);
+	}
+	EXPECT_EQ(0, wait_exit(pid)) << "3: not EIO after exec; 4: set-up; 5: exec";
+	auto after = mrn::global_stats();
+	// exec tore the old address space down: its registration was invalidated.
+	EXPECT_EQ(1, after["callbacks_release"] - before["callbacks_release"]);
+	EXPECT_EQ(before["contexts"], after["contexts"]);
+	EXPECT_EQ(before["registrations"], after["registrations"]);
+}
+
 TEST(Exit, PassedContextOutlivesItsOwnerAndReleasesSafelyElsewhere)
 {
 	// The child registers, hands its context to the parent and exits. The

@@ -379,6 +379,53 @@ TEST_F(Unmap, ForkIsIgnored)
 	EXPECT_EQ(4u, c.query().registrations);
 }
 
+// The same with a real long-term pin (io_uring fixed buffer, as an MR):
+// fork copies pinned pages for the child and leaves the parent's alone, so
+// nothing is invalidated and the pin still sees what the parent writes.
+// THP and hugetlb are not ignored: Precision.ForkWithPinnedThp and
+// Precision.PrivateHugetlbFork measure them.
+TEST_F(Unmap, ForkWithPinnedPagesIsIgnored)
+{
+	const size_t ps = page_size();
+	Map m(4 * ps);
+	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_NOHUGEPAGE));
+	m.touch();
+	mrn::PinReader pin;
+	if (!pin.ok() || pin.pin(m.get(), m.size()) != 0)
+		GTEST_SKIP() << "io_uring fixed buffers unavailable";
+	auto ids = reg_pages(c, m.get(), 4);
+	fork_and_wait(false, m.get(), m.size());
+	fork_and_wait(true, m.get(), m.size());
+	const uint64_t tag = 0x666f726b2d746167ULL;
+	for (int i = 0; i < 4; i++)
+		memcpy(m.get() + i * ps + 8, &tag, sizeof(tag));
+	EXPECT_EQ(0u, c.gen());
+	EXPECT_TRUE(c.drain_ids().empty());
+	for (int i = 0; i < 4; i++) {
+		uint64_t seen = 0;
+		ASSERT_TRUE(pin.read_through_pin(i * ps + 8, &seen, sizeof(seen)));
+		EXPECT_EQ(tag, seen) << "page " << i << " is no longer the pinned one";
+	}
+}
+
+// MREMAP_DONTUNMAP moves the pages away and leaves the old range mapped
+// but empty: the old range's registrations must be invalidated.
+TEST_F(Unmap, MremapDontunmapInvalidatesTheOldRange)
+{
+#ifndef MREMAP_DONTUNMAP
+	GTEST_SKIP() << "no MREMAP_DONTUNMAP in these headers";
+#else
+	const size_t ps = page_size();
+	Map src(4 * ps);
+	src.touch();
+	auto ids = reg_pages(c, src.get(), 4);
+	void *dst = mremap(src.get(), src.size(), src.size(), MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
+	ASSERT_NE(MAP_FAILED, dst) << strerror(errno);
+	EXPECT_EQ(Ids(ids.begin(), ids.end()), c.drain_ids());
+	munmap(dst, src.size());
+#endif
+}
+
 TEST_F(Unmap, ForkWithDontforkSendsNothing)
 {
 	Map m(4 * page_size());
@@ -735,6 +782,30 @@ TEST_F(Precision, MadvFreeInvalidatesAtMadviseTime)
 	printf("MADV_FREE: %zu of 16 registrations invalidated at madvise time; %ld pages still "
 	       "mapped to the same frame\n",
 	       drained.size(), still);
+}
+
+// MADV_PAGEOUT reclaims what it can (nothing anonymous without swap):
+// every page that left must have been invalidated; the figure says how many.
+TEST_F(Precision, MadvPageout)
+{
+#ifndef MADV_PAGEOUT
+	GTEST_SKIP() << "no MADV_PAGEOUT in these headers";
+#else
+	mrn::FileMap f(16 * page_size(), MAP_SHARED);
+	ASSERT_NE(nullptr, f.get());
+	auto ids = reg_pages(c, f.get(), 16);
+	auto before = pfns(f.get(), 16);
+	ASSERT_EQ(0, madvise(f.get(), 16 * page_size(), MADV_PAGEOUT)) << strerror(errno);
+	auto after = pfns(f.get(), 16);
+	Ids drained = c.drain_ids();
+	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	long gone = 0;
+	for (int i = 0; i < 16; i++)
+		gone += before[i] != after[i];
+	printf("MADV_PAGEOUT of 16 shared file pages: %ld left their frame, %zu of 16 "
+	       "registrations invalidated\n",
+	       gone, drained.size());
+#endif
 }
 
 // fork of a MAP_PRIVATE hugetlb mapping: CLEAR over the whole VMA on 6.1.
