@@ -46,7 +46,6 @@ long long debug_counter(const char *name)
 	return v;
 }
 
-
 using Clock = std::chrono::steady_clock;
 
 double ns_since(Clock::time_point t0)

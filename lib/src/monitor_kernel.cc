@@ -123,11 +123,10 @@ std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 	if (fd < 0) {
 		*err = -errno;
 		*why = std::string(MRN_DEVICE_PATH) + ": " + strerror(errno) +
-		       (errno == ENOENT ? " (is mrnotify.ko loaded?)"
-			: errno == EMFILE
-			    ? " (this user's contexts reached "
-			      "/sys/module/mrnotify/parameters/max_user_contexts)"
-			    : "");
+		       (errno == ENOENT   ? " (is mrnotify.ko loaded?)"
+			: errno == EMFILE ? " (this user's contexts reached "
+					    "/sys/module/mrnotify/parameters/max_user_contexts)"
+					  : "");
 		return nullptr;
 	}
 	const size_t len = static_cast<size_t>(sysconf(_SC_PAGESIZE));

@@ -242,12 +242,23 @@ inline uint64_t task_size()
 // differences over a stretch in which only they use the module.
 inline std::map<std::string, long long> global_stats()
 {
-	static const char *const names[] = {
-		"callbacks_unmap", "callbacks_clear", "callbacks_protection_vma",
-		"callbacks_protection_page", "callbacks_soft_dirty", "callbacks_release",
-		"callbacks_migrate", "callbacks_exclusive", "callbacks_other", "invalidated",
-		"already_dirty", "ignored", "drained", "unregistered_dirty", "user_limit_hits",
-		"contexts", "registrations"};
+	static const char *const names[] = {"callbacks_unmap",
+					    "callbacks_clear",
+					    "callbacks_protection_vma",
+					    "callbacks_protection_page",
+					    "callbacks_soft_dirty",
+					    "callbacks_release",
+					    "callbacks_migrate",
+					    "callbacks_exclusive",
+					    "callbacks_other",
+					    "invalidated",
+					    "already_dirty",
+					    "ignored",
+					    "drained",
+					    "unregistered_dirty",
+					    "user_limit_hits",
+					    "contexts",
+					    "registrations"};
 	std::map<std::string, long long> m;
 	for (const char *n : names) {
 		std::ifstream f(std::string("/sys/kernel/debug/mrnotify/") + n);
@@ -412,7 +423,8 @@ public:
 		sqe->buf_index = 0;
 		sq_array_[tail & sq_mask_] = tail & sq_mask_;
 		__atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
-		if (syscall(__NR_io_uring_enter, fd_, 1, 1, IORING_ENTER_GETEVENTS, nullptr, 0) != 1)
+		if (syscall(__NR_io_uring_enter, fd_, 1, 1, IORING_ENTER_GETEVENTS, nullptr, 0) !=
+		    1)
 			return false;
 		const unsigned head = *cq_head_;
 		if (head == __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE))

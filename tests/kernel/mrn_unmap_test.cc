@@ -645,8 +645,8 @@ public:
 			raw_ = nullptr;
 			return;
 		}
-		char *a = reinterpret_cast<char *>(
-			(reinterpret_cast<uintptr_t>(raw_) + kHuge - 1) & ~(kHuge - 1));
+		char *a = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw_) + kHuge - 1) &
+						   ~(kHuge - 1));
 		if (madvise(a, kHuge, MADV_HUGEPAGE) != 0)
 			return;
 		memset(a, 0x11, kHuge);
