@@ -12,21 +12,29 @@
  * registrations with one ioctl.
  *
  * Locking:
- *  - ctx->regs.xa_lock (a spinlock) protects the dirty marks, reg->state,
- *    the generation and the counters. It is the only lock the notifier
+ *  - ctx->regs.xa_lock (a spinlock) protects the dirty marks, reg->dirty,
+ *    the generation and nr_dirty. It is the only lock the notifier
  *    callback takes, so the mark is complete before munmap() and friends
  *    return, and the callback never sleeps, allocates or defers work.
- *  - ctx->mutex serialises REGISTER, UNREGISTER and DRAIN: it keeps a
- *    registration alive while an ioctl works on it outside the spinlock.
- *    The notifier never takes it, so waiting for callbacks under it
- *    (mmu_interval_notifier_remove, mmu_interval_read_begin) is safe.
+ *  - ctx->mutex serialises the index changes of REGISTER, UNREGISTER and
+ *    DRAIN: it keeps a registration alive while an ioctl works on it
+ *    outside the spinlock. The notifier never takes it, so waiting for
+ *    callbacks under it (mmu_interval_notifier_remove,
+ *    mmu_interval_read_begin) is safe. No user memory is touched under it:
+ *    a fault on a userfaultfd-registered buffer must not stall the context.
+ *  - ctx->drain_mutex (taken before ctx->mutex) serialises DRAINs across
+ *    their copy to user space, so that a batch in flight has one owner.
+ *    UNREGISTER of a registration in that batch waits for it, outside
+ *    ctx->mutex.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/build_bug.h>
-#include <linux/device.h>
+#include <linux/cred.h>
+#include <linux/debugfs.h>
 #include <linux/fs.h>
+#include <linux/hashtable.h>
 #include <linux/lockdep.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -40,7 +48,9 @@
 #include <linux/sched.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
+#include <linux/spinlock.h>
 #include <linux/uaccess.h>
+#include <linux/uidgid.h>
 #include <linux/xarray.h>
 
 #include <linux/mrnotify.h>
@@ -54,19 +64,25 @@
 
 /* Registrations a context may hold unless the administrator says otherwise. */
 #define MRN_DEFAULT_MAX_REGISTRATIONS	(1U << 20)
-/* Ids are u32 and never 0; keep the cap well below the id space. */
+/* The largest value the caps accept. */
 #define MRN_MAX_REGISTRATIONS_LIMIT	(1U << 31)
+/* Contexts a user may hold open unless the administrator says otherwise. */
+#define MRN_DEFAULT_MAX_USER_CONTEXTS	4096
+/*
+ * Ids count up from 1 and are never reused: 63 bits last 292 years at one
+ * REGISTER per nanosecond, and the 64th bit of the word is reg->dirty.
+ */
+#define MRN_ID_MAX	(BIT_ULL(63) - 1)
+/* Kernel memory of one registration, for the default per-user cap. */
+#define MRN_REG_COST	128
 
-/* xarray marks: XA_MARK_0 is the allocator's free mark. */
+/* xarray marks (the index does not allocate ids, so all three are free). */
 #define MRN_MARK_DIRTY	XA_MARK_1	/* invalidated, not yet drained */
 #define MRN_MARK_BATCH	XA_MARK_2	/* copied out by the DRAIN in progress */
 
-/* reg->state bits, under xa_lock */
-#define MRN_REG_DIRTY	BIT(0)
-
 /*
  * One registration, 112 bytes: the 88-byte interval notifier, its context,
- * the cookie and the id. The address range lives in the notifier's interval
+ * the cookie, and the id sharing a word with the dirty bit. The address range lives in the notifier's interval
  * tree node, and the dirty list is a mark in the id index, so no list
  * pointers are needed; with the index slot and memcg accounting the kernel
  * spends about 128 bytes per registration.
@@ -75,47 +91,113 @@ struct mrn_reg {
 	struct mmu_interval_notifier notifier;
 	struct mrn_ctx *ctx;
 	u64 cookie;
-	u32 id;
-	u32 state;
+	u64 id : 63;	/* written before the notifier exists, then constant */
+	u64 dirty : 1;	/* xa_lock: invalidated, not yet drained/unregistered */
+};
+
+/*
+ * What one user (the opener's effective uid) holds across all contexts, like
+ * inotify's per-user watches: a per-context cap alone is multiplied by
+ * RLIMIT_NOFILE and by the number of processes.
+ */
+struct mrn_user {
+	struct hlist_node node;		/* mrn_users, under mrn_users_lock */
+	kuid_t uid;
+	refcount_t ref;			/* one per context */
+	atomic_long_t contexts;
+	atomic_long_t regs;
 };
 
 struct mrn_ctx {
 	struct mm_struct *mm;		/* mmgrab()ed: mm_count, not mm_users */
 	struct page *status_page;
 	struct mrn_status *status;	/* page_address(status_page) */
+	struct mrn_user *user;		/* charged for every registration */
 	struct mutex mutex;		/* see the comment at the top */
+	struct mutex drain_mutex;	/* ditto */
 	/*
 	 * id -> registration. Its xa_lock also guards what the notifier
-	 * touches: marks, reg->state, generation and the counters below.
+	 * touches: marks, reg->dirty, generation and nr_dirty.
 	 */
 	struct xarray regs;
-	u32 next_id;			/* cyclic id allocation */
+	atomic64_t last_id;		/* the last id handed out */
 	u32 max_regs;			/* max_registrations at open time */
 	u64 nr_regs;			/* xa_lock and mutex */
 	u64 nr_dirty;
 	u64 generation;
-	u64 invalidated;
-	u64 already_dirty;
-	u64 ignored;
-	u64 drained;
-	u64 unregistered_dirty;
-	u64 callbacks[MRN_EV_SLOTS];
 	/* poll() waiters: woken when a registration becomes dirty. */
 	wait_queue_head_t waiters;
 };
 
-/* Module-wide counters for the root-only stats file. */
+/*
+ * Module-wide counters, per CPU, shown one value per file in debugfs
+ * (/sys/kernel/debug/mrnotify/): kernel internals, not ABI. The first ones
+ * count notifier callbacks by the kernel's reason.
+ */
+enum mrn_counter {
+	MRN_CNT_UNMAP,			/* munmap, mremap, exit's unmap */
+	MRN_CNT_CLEAR,			/* zap: madvise, truncate, COW, reclaim */
+	MRN_CNT_PROTECTION_VMA,		/* mprotect, NUMA hinting: ignored */
+	MRN_CNT_PROTECTION_PAGE,	/* fork write-protect, mkclean: ignored */
+	MRN_CNT_SOFT_DIRTY,		/* clear_refs: ignored */
+	MRN_CNT_RELEASE,		/* the address space is torn down */
+	MRN_CNT_MIGRATE,		/* device migration */
+	MRN_CNT_EXCLUSIVE,		/* device exclusive access */
+	MRN_CNT_OTHER,			/* reasons this module does not know */
+	MRN_CNT_INVALIDATED,		/* registrations that became dirty */
+	MRN_CNT_ALREADY_DIRTY,		/* invalidating callbacks on a dirty one */
+	MRN_CNT_IGNORED,		/* callbacks ignored (protection changes) */
+	MRN_CNT_DRAINED,		/* entries reported by DRAIN */
+	MRN_CNT_UNREGISTERED_DIRTY,	/* UNREGISTERs that returned WAS_DIRTY */
+	MRN_CNT_USER_LIMIT,		/* REGISTER or open refused by a user cap */
+	MRN_NR_COUNTERS
+};
+
+static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
+	[MRN_CNT_UNMAP] = "callbacks_unmap",
+	[MRN_CNT_CLEAR] = "callbacks_clear",
+	[MRN_CNT_PROTECTION_VMA] = "callbacks_protection_vma",
+	[MRN_CNT_PROTECTION_PAGE] = "callbacks_protection_page",
+	[MRN_CNT_SOFT_DIRTY] = "callbacks_soft_dirty",
+	[MRN_CNT_RELEASE] = "callbacks_release",
+	[MRN_CNT_MIGRATE] = "callbacks_migrate",
+	[MRN_CNT_EXCLUSIVE] = "callbacks_exclusive",
+	[MRN_CNT_OTHER] = "callbacks_other",
+	[MRN_CNT_INVALIDATED] = "invalidated",
+	[MRN_CNT_ALREADY_DIRTY] = "already_dirty",
+	[MRN_CNT_IGNORED] = "ignored",
+	[MRN_CNT_DRAINED] = "drained",
+	[MRN_CNT_UNREGISTERED_DIRTY] = "unregistered_dirty",
+	[MRN_CNT_USER_LIMIT] = "user_limit_hits",
+};
+
 struct mrn_pcpu_stats {
-	u64 callbacks[MRN_EV_SLOTS];
-	u64 invalidated;
+	u64 count[MRN_NR_COUNTERS];
 };
 
 static DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
 static atomic_long_t mrn_nr_contexts = ATOMIC_LONG_INIT(0);
 static atomic_long_t mrn_nr_regs = ATOMIC_LONG_INIT(0);
 static struct kmem_cache *mrn_reg_cache;
+static struct dentry *mrn_debugfs;
+
+static DEFINE_HASHTABLE(mrn_users, 6);
+static DEFINE_SPINLOCK(mrn_users_lock);
+
+static void mrn_count(enum mrn_counter c)
+{
+	this_cpu_inc(mrn_pcpu_stats.count[c]);
+}
+
+static void mrn_count_add(enum mrn_counter c, u64 n)
+{
+	this_cpu_add(mrn_pcpu_stats.count[c], n);
+}
 
 static unsigned int mrn_max_registrations = MRN_DEFAULT_MAX_REGISTRATIONS;
+/* Set at load time from the memory size when not given (see mrn_init). */
+static unsigned int mrn_max_user_registrations;
+static unsigned int mrn_max_user_contexts = MRN_DEFAULT_MAX_USER_CONTEXTS;
 
 static int mrn_param_set_max(const char *val, const struct kernel_param *kp)
 {
@@ -139,6 +221,62 @@ module_param_cb(max_registrations, &mrn_param_max_ops,
 		&mrn_max_registrations, 0644);
 MODULE_PARM_DESC(max_registrations,
 		 "Registrations per context, read when the context is opened (default 1048576)");
+module_param_cb(max_user_registrations, &mrn_param_max_ops,
+		&mrn_max_user_registrations, 0644);
+MODULE_PARM_DESC(max_user_registrations,
+		 "Registrations per user across all contexts and processes (default: 1% of RAM at 128 bytes each, at least 1048576)");
+module_param_cb(max_user_contexts, &mrn_param_max_ops,
+		&mrn_max_user_contexts, 0644);
+MODULE_PARM_DESC(max_user_contexts,
+		 "Open contexts per user across all processes (default 4096)");
+
+/**
+ * mrn_user_get - find or create the accounting of a user
+ * @uid: the opener's effective uid
+ *
+ * Return: a referenced struct mrn_user, or NULL when out of memory.
+ */
+static struct mrn_user *mrn_user_get(kuid_t uid)
+{
+	struct mrn_user *user, *fresh;
+
+	/* Shared by many processes: charged to no single memory cgroup. */
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	spin_lock(&mrn_users_lock);
+	hash_for_each_possible(mrn_users, user, node, __kuid_val(uid)) {
+		if (uid_eq(user->uid, uid) && refcount_inc_not_zero(&user->ref)) {
+			spin_unlock(&mrn_users_lock);
+			kfree(fresh);
+			return user;
+		}
+	}
+	if (fresh) {
+		fresh->uid = uid;
+		refcount_set(&fresh->ref, 1);
+		hash_add(mrn_users, &fresh->node, __kuid_val(uid));
+	}
+	spin_unlock(&mrn_users_lock);
+	return fresh;
+}
+
+static void mrn_user_put(struct mrn_user *user)
+{
+	if (!refcount_dec_and_lock(&user->ref, &mrn_users_lock))
+		return;
+	hash_del(&user->node);
+	spin_unlock(&mrn_users_lock);
+	kfree(user);
+}
+
+/* Take one unit of @counter below @limit; false (nothing taken) at the cap. */
+static bool mrn_charge(atomic_long_t *counter, unsigned int limit)
+{
+	if (atomic_long_inc_return(counter) <= (long)limit)
+		return true;
+	atomic_long_dec(counter);
+	mrn_count(MRN_CNT_USER_LIMIT);
+	return false;
+}
 
 /**
  * mrn_event_slot - classify a notifier event
@@ -148,24 +286,24 @@ MODULE_PARM_DESC(max_registrations,
  * The mapping is explicit so that the ABI does not depend on the order of
  * enum mmu_notifier_event.
  *
- * Return: the event's slot in the statistics (enum mrn_event).
+ * Return: the event's counter (enum mrn_counter).
  */
-static unsigned int mrn_event_slot(enum mmu_notifier_event event,
-				   bool *invalidates)
+static enum mrn_counter mrn_event_slot(enum mmu_notifier_event event,
+				       bool *invalidates)
 {
 	*invalidates = true;
 	switch (event) {
 	case MMU_NOTIFY_UNMAP:
-		return MRN_EV_UNMAP;
+		return MRN_CNT_UNMAP;
 	case MMU_NOTIFY_CLEAR:
-		return MRN_EV_CLEAR;
+		return MRN_CNT_CLEAR;
 	case MMU_NOTIFY_RELEASE:
-		return MRN_EV_RELEASE;
+		return MRN_CNT_RELEASE;
 	case MMU_NOTIFY_MIGRATE:
-		return MRN_EV_MIGRATE;
+		return MRN_CNT_MIGRATE;
 #if MRN_HAVE_NOTIFY_EXCLUSIVE
 	case MMU_NOTIFY_EXCLUSIVE:
-		return MRN_EV_EXCLUSIVE;
+		return MRN_CNT_EXCLUSIVE;
 #endif
 	/*
 	 * Protection changes keep the same pages mapped: mprotect and NUMA
@@ -176,16 +314,16 @@ static unsigned int mrn_event_slot(enum mmu_notifier_event event,
 	 */
 	case MMU_NOTIFY_PROTECTION_VMA:
 		*invalidates = false;
-		return MRN_EV_PROTECTION_VMA;
+		return MRN_CNT_PROTECTION_VMA;
 	case MMU_NOTIFY_PROTECTION_PAGE:
 		*invalidates = false;
-		return MRN_EV_PROTECTION_PAGE;
+		return MRN_CNT_PROTECTION_PAGE;
 	case MMU_NOTIFY_SOFT_DIRTY:
 		*invalidates = false;
-		return MRN_EV_SOFT_DIRTY;
+		return MRN_CNT_SOFT_DIRTY;
 	}
 	/* A reason this module does not know: be safe, invalidate. */
-	return MRN_EV_OTHER;
+	return MRN_CNT_OTHER;
 }
 
 /**
@@ -208,35 +346,33 @@ static bool mrn_invalidate(struct mmu_interval_notifier *mni,
 {
 	struct mrn_reg *reg = container_of(mni, struct mrn_reg, notifier);
 	struct mrn_ctx *ctx = reg->ctx;
-	bool invalidates, became_dirty = false;
-	unsigned int slot;
+	enum mrn_counter slot, outcome;
+	bool invalidates;
 
 	slot = mrn_event_slot(range->event, &invalidates);
 
 	xa_lock(&ctx->regs);
 	/* Keeps mmu_interval_read_begin() on this notifier well defined. */
 	mmu_interval_set_seq(mni, cur_seq);
-	ctx->callbacks[slot]++;
 	if (!invalidates) {
-		ctx->ignored++;
-	} else if (reg->state & MRN_REG_DIRTY) {
-		ctx->already_dirty++;
+		outcome = MRN_CNT_IGNORED;
+	} else if (reg->dirty) {
+		outcome = MRN_CNT_ALREADY_DIRTY;
 	} else {
 		/* Setting a mark never allocates: the entry exists. */
-		reg->state |= MRN_REG_DIRTY;
+		reg->dirty = 1;
 		__xa_set_mark(&ctx->regs, reg->id, MRN_MARK_DIRTY);
 		ctx->nr_dirty++;
-		ctx->invalidated++;
 		ctx->generation++;
 		/* Publish after the mark: whoever sees it and drains finds it. */
 		smp_store_release(&ctx->status->generation, ctx->generation);
-		became_dirty = true;
+		outcome = MRN_CNT_INVALIDATED;
 	}
 	xa_unlock(&ctx->regs);
 
-	this_cpu_inc(mrn_pcpu_stats.callbacks[slot]);
-	if (became_dirty) {
-		this_cpu_inc(mrn_pcpu_stats.invalidated);
+	mrn_count(slot);
+	mrn_count(outcome);
+	if (outcome == MRN_CNT_INVALIDATED) {
 		/* Takes only the wait queue's spinlock: fine here. */
 		wake_up_interruptible_poll(&ctx->waiters, EPOLLIN | EPOLLRDNORM);
 	}
@@ -247,9 +383,11 @@ static const struct mmu_interval_notifier_ops mrn_notifier_ops = {
 	.invalidate = mrn_invalidate,
 };
 
-static void mrn_free_reg(struct mrn_reg *reg)
+/* Free a registration that is in no index, and uncharge its user. */
+static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
 	kmem_cache_free(mrn_reg_cache, reg);
+	atomic_long_dec(&ctx->user->regs);
 	atomic_long_dec(&mrn_nr_regs);
 }
 
@@ -270,7 +408,7 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 	lockdep_assert_held(&ctx->mutex);
 	xa_lock(&ctx->regs);
 	__xa_erase(&ctx->regs, reg->id);
-	dirty = reg->state & MRN_REG_DIRTY;
+	dirty = reg->dirty;
 	if (dirty)
 		ctx->nr_dirty--;
 	ctx->nr_regs--;
@@ -286,11 +424,16 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
  * The context holds mm_count (not mm_users), so it never keeps the address
  * space alive, and its status page is allocated here and mapped by mmap.
  *
- * Return: 0, -EINVAL for a caller without an mm (a kernel thread), -ENOMEM.
+ * The opener's user (effective uid) is charged for the context and, later,
+ * for every registration, whoever holds the file afterwards.
+ *
+ * Return: 0, -EINVAL for a caller without an mm (a kernel thread), -EMFILE
+ * when the user holds max_user_contexts contexts, -ENOMEM.
  */
 static int mrn_open(struct inode *inode, struct file *file)
 {
 	struct mrn_ctx *ctx;
+	int ret = -ENOMEM;
 
 	/* A context watches the opener's own address space, nothing else. */
 	if (!current->mm)
@@ -299,18 +442,25 @@ static int mrn_open(struct inode *inode, struct file *file)
 	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 	if (!ctx)
 		return -ENOMEM;
-	ctx->status_page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
-	if (!ctx->status_page) {
-		kfree(ctx);
-		return -ENOMEM;
+	ctx->user = mrn_user_get(current_euid());
+	if (!ctx->user)
+		goto out_free;
+	if (!mrn_charge(&ctx->user->contexts,
+			READ_ONCE(mrn_max_user_contexts))) {
+		ret = -EMFILE;
+		goto out_put;
 	}
+	ctx->status_page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+	if (!ctx->status_page)
+		goto out_uncharge;
 	ctx->status = page_address(ctx->status_page);
 	ctx->status->abi_version = MRN_ABI_VERSION;
 
 	mutex_init(&ctx->mutex);
+	mutex_init(&ctx->drain_mutex);
 	init_waitqueue_head(&ctx->waiters);
-	xa_init_flags(&ctx->regs, XA_FLAGS_ALLOC1 | XA_FLAGS_ACCOUNT);
-	ctx->next_id = 1;
+	xa_init_flags(&ctx->regs, XA_FLAGS_ACCOUNT);
+	atomic64_set(&ctx->last_id, 0);
 	ctx->max_regs = READ_ONCE(mrn_max_registrations);
 
 	/*
@@ -323,6 +473,14 @@ static int mrn_open(struct inode *inode, struct file *file)
 	file->private_data = ctx;
 	atomic_long_inc(&mrn_nr_contexts);
 	return stream_open(inode, file);
+
+out_uncharge:
+	atomic_long_dec(&ctx->user->contexts);
+out_put:
+	mrn_user_put(ctx->user);
+out_free:
+	kfree(ctx);
+	return ret;
 }
 
 /**
@@ -349,13 +507,16 @@ static int mrn_release(struct inode *inode, struct file *file)
 	 */
 	xa_for_each(&ctx->regs, id, reg) {
 		mmu_interval_notifier_remove(&reg->notifier);
-		mrn_free_reg(reg);
+		mrn_free_reg(ctx, reg);
 		cond_resched();
 	}
 	xa_destroy(&ctx->regs);
 
 	mmdrop(ctx->mm);
 	__free_page(ctx->status_page);
+	atomic_long_dec(&ctx->user->contexts);
+	mrn_user_put(ctx->user);
+	mutex_destroy(&ctx->drain_mutex);
 	mutex_destroy(&ctx->mutex);
 	kfree(ctx);
 	atomic_long_dec(&mrn_nr_contexts);
@@ -411,51 +572,52 @@ struct mrn_arg_header {
  * @karg: the kernel's copy, @ksize bytes, beginning with struct
  *        mrn_arg_header
  * @ksize: sizeof the argument as this module knows it
- * @min_size: the size of its first version
  * @uarg: the user's copy
- * @usize: the size the user passed
+ * @usize: the size encoded in the command (already checked by mrn_ioctl)
  *
- * Return: 0; -EINVAL for a size below the first version or a flag (none
- * is defined); -E2BIG when a larger argument has a non-zero tail; -EFAULT.
+ * Return: 0; -EINVAL when the size field is not the command's size or a
+ * flag is set (none is defined); -E2BIG when a larger argument has a
+ * non-zero tail; -EFAULT.
  */
-static int mrn_get_arg(void *karg, size_t ksize, size_t min_size,
-		       const void __user *uarg, u32 usize)
+static int mrn_get_arg(void *karg, size_t ksize, const void __user *uarg,
+		       u32 usize)
 {
 	const struct mrn_arg_header *hdr = karg;
 	int ret;
 
-	if (usize < min_size)
-		return -EINVAL;
 	ret = copy_struct_from_user(karg, ksize, uarg, usize);
 	if (ret)
 		return ret;
-	return hdr->flags ? -EINVAL : 0;
+	if (hdr->size != usize || hdr->flags)
+		return -EINVAL;
+	return 0;
 }
 
 /**
  * mrn_ioctl_register - watch a range of the owner's address space
  * @ctx: the context (its owner is current)
  * @uarg: struct mrn_register; id is written back
- * @usize: the size user space passed
+ * @usize: the size of the argument
  *
  * Waits for invalidations already running over the range before it
  * returns, so that pages pinned afterwards are the ones mapped from then on.
+ * The id is written before the context's mutex is taken (no user access
+ * under it); a failed call leaves that id unused for ever.
  *
  * Return: 0; -EINVAL (bad size, flags or a zero length); -EOVERFLOW;
  * -EFAULT (a range beyond the user address space, or @uarg); -ENOSPC (the
- * cap is reached); -ENOMEM; -EINTR (killed while waiting for the mutex).
+ * context's or the user's cap is reached); -ENOMEM; -EINTR (killed while
+ * waiting for the mutex).
  */
 static long mrn_ioctl_register(struct mrn_ctx *ctx,
 			       struct mrn_register __user *uarg, u32 usize)
 {
 	struct mrn_register arg;
 	struct mrn_reg *reg;
-	u64 end;
-	u32 id;
+	u64 end, id;
 	int ret;
 
-	ret = mrn_get_arg(&arg, sizeof(arg), MRN_REGISTER_SIZE_VER1, uarg,
-			  usize);
+	ret = mrn_get_arg(&arg, sizeof(arg), uarg, usize);
 	if (ret)
 		return ret;
 	if (!arg.length)
@@ -466,13 +628,36 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	if (end > TASK_SIZE)
 		return -EFAULT;
 
+	if (!mrn_charge(&ctx->user->regs,
+			READ_ONCE(mrn_max_user_registrations)))
+		return -ENOSPC;
 	reg = kmem_cache_alloc(mrn_reg_cache, GFP_KERNEL);
-	if (!reg)
+	if (!reg) {
+		atomic_long_dec(&ctx->user->regs);
 		return -ENOMEM;
+	}
+	atomic_long_inc(&mrn_nr_regs);
 	reg->ctx = ctx;
 	reg->cookie = arg.cookie;
-	reg->state = 0;
-	atomic_long_inc(&mrn_nr_regs);
+	reg->dirty = 0;
+
+	id = atomic64_inc_return(&ctx->last_id);
+	if (id > MRN_ID_MAX) {
+		/* Unreachable in practice; never hand out an id twice. */
+		atomic64_set(&ctx->last_id, MRN_ID_MAX);
+		ret = -ENOSPC;
+		goto out_free;
+	}
+	reg->id = id;
+	/*
+	 * Hand out the id before the notifier exists: afterwards the only
+	 * possible failure would be EFAULT after the registration took
+	 * effect.
+	 */
+	if (put_user(id, &uarg->id)) {
+		ret = -EFAULT;
+		goto out_free;
+	}
 
 	ret = mutex_lock_killable(&ctx->mutex);
 	if (ret)
@@ -481,21 +666,9 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 		ret = -ENOSPC;
 		goto out_unlock;
 	}
-	/* Cyclic: an id is not handed out again until the u32 space wraps. */
-	ret = xa_alloc_cyclic(&ctx->regs, &id, reg, XA_LIMIT(1, U32_MAX),
-			      &ctx->next_id, GFP_KERNEL_ACCOUNT);
-	if (ret < 0)
+	ret = xa_insert(&ctx->regs, id, reg, GFP_KERNEL_ACCOUNT);
+	if (ret)
 		goto out_unlock;
-	reg->id = id;
-	/*
-	 * Hand out the id before the notifier exists: afterwards the only
-	 * possible failure would be EFAULT after the registration took
-	 * effect.
-	 */
-	if (put_user((u64)id, &uarg->id)) {
-		ret = -EFAULT;
-		goto out_erase;
-	}
 	ret = mmu_interval_notifier_insert(&reg->notifier, ctx->mm, arg.addr,
 					   arg.length, &mrn_notifier_ops);
 	if (ret)
@@ -509,8 +682,8 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	 * call us, and its pages may not be gone yet. Wait for it to finish:
 	 * a page user space pins after REGISTER returns is then the page that
 	 * is mapped from now on, and any later change calls mrn_invalidate().
-	 * This closes the register/unmap/pin race. Under the mutex so that a
-	 * guessed id cannot free the registration meanwhile.
+	 * This closes the register/unmap/pin race. Under the mutex so that
+	 * UNREGISTER of the new id cannot free the registration meanwhile.
 	 */
 	mmu_interval_read_begin(&reg->notifier);
 	mutex_unlock(&ctx->mutex);
@@ -521,19 +694,37 @@ out_erase:
 out_unlock:
 	mutex_unlock(&ctx->mutex);
 out_free:
-	mrn_free_reg(reg);
+	mrn_free_reg(ctx, reg);
 	return ret;
+}
+
+/* Wait until the DRAIN that owns an in-flight batch has committed it. */
+static int mrn_wait_for_drain(struct mrn_ctx *ctx)
+{
+	int ret;
+
+	ret = mutex_lock_killable(&ctx->drain_mutex);
+	if (ret)
+		return ret;
+	mutex_unlock(&ctx->drain_mutex);
+	return 0;
 }
 
 /**
  * mrn_ioctl_unregister - stop watching a registration
  * @ctx: the context
  * @uarg: struct mrn_unregister
- * @usize: the size user space passed
+ * @usize: the size of the argument
+ *
+ * A registration that a concurrent DRAIN is copying out is that DRAIN's:
+ * wait until it has been reported (then it is stale) or given back (then
+ * it is dirty here).
  *
  * Return: 0; MRN_UNREGISTER_WAS_DIRTY when it had been invalidated and not
- * yet drained (it will not be reported by DRAIN); -ENOENT for an unknown
- * id; -EINVAL for a bad size or flags; -EINTR.
+ * yet drained (it will not be reported by DRAIN); -ESTALE for an id this
+ * context handed out that is gone (unregistered, drained, or from a failed
+ * REGISTER); -EINVAL for id 0, an id never handed out, a bad size or flags;
+ * -EINTR.
  */
 static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 				 struct mrn_unregister __user *uarg, u32 usize)
@@ -543,31 +734,35 @@ static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 	bool dirty;
 	int ret;
 
-	ret = mrn_get_arg(&arg, sizeof(arg), MRN_UNREGISTER_SIZE_VER1, uarg,
-			  usize);
+	ret = mrn_get_arg(&arg, sizeof(arg), uarg, usize);
 	if (ret)
 		return ret;
-	if (!arg.id || arg.id > U32_MAX)
-		return -ENOENT;
+	if (!arg.id || arg.id > (u64)atomic64_read(&ctx->last_id))
+		return -EINVAL;
 
-	ret = mutex_lock_killable(&ctx->mutex);
-	if (ret)
-		return ret;
-	reg = xa_load(&ctx->regs, arg.id);
-	if (!reg) {
+	for (;;) {
+		ret = mutex_lock_killable(&ctx->mutex);
+		if (ret)
+			return ret;
+		reg = xa_load(&ctx->regs, arg.id);
+		if (!reg) {
+			mutex_unlock(&ctx->mutex);
+			return -ESTALE;
+		}
+		if (!xa_get_mark(&ctx->regs, arg.id, MRN_MARK_BATCH))
+			break;
 		mutex_unlock(&ctx->mutex);
-		return -ENOENT;
+		ret = mrn_wait_for_drain(ctx);
+		if (ret)
+			return ret;
 	}
 	/* Notifier first: it waits for callbacks that are still running. */
 	mmu_interval_notifier_remove(&reg->notifier);
 	dirty = mrn_unlink(ctx, reg);
-	if (dirty) {
-		xa_lock(&ctx->regs);
-		ctx->unregistered_dirty++;
-		xa_unlock(&ctx->regs);
-	}
 	mutex_unlock(&ctx->mutex);
-	mrn_free_reg(reg);
+	mrn_free_reg(ctx, reg);
+	if (dirty)
+		mrn_count(MRN_CNT_UNREGISTERED_DIRTY);
 	/*
 	 * A dirty registration leaves through here, not through DRAIN; the
 	 * positive return tells user space it had been invalidated.
@@ -575,120 +770,174 @@ static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 	return dirty ? MRN_UNREGISTER_WAS_DIRTY : 0;
 }
 
-/* Forget a DRAIN batch that could not be reported. */
-static void mrn_clear_batch(struct mrn_ctx *ctx)
+/**
+ * mrn_drain_take - choose a DRAIN batch
+ * @ctx: the context; its drain_mutex is held
+ * @ents: room for @max entries
+ * @max: the batch size
+ * @count: set to the number of entries written to @ents
+ * @generation: set to the generation before the batch was taken
+ *
+ * The batch's registrations get the BATCH mark: they stay dirty and in the
+ * index until mrn_drain_finish() commits or forgets them.
+ *
+ * Return: MRN_DRAIN_MORE when more registrations were dirty, 0, or -EINTR.
+ */
+static int mrn_drain_take(struct mrn_ctx *ctx, struct mrn_dirty_entry *ents,
+			  u32 max, u32 *count, u64 *generation)
 {
 	struct mrn_reg *reg;
 	unsigned long index;
+	u32 n = 0;
+	int ret;
 
-	lockdep_assert_held(&ctx->mutex);
-	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_BATCH)
-		xa_clear_mark(&ctx->regs, index, MRN_MARK_BATCH);
+	ret = mutex_lock_killable(&ctx->mutex);
+	if (ret)
+		return ret;
+	/*
+	 * The generation is read before the walk. A registration marked
+	 * before this point is found below (or reported by MORE); one marked
+	 * later moves the generation past the value returned, so user space
+	 * drains again.
+	 */
+	xa_lock(&ctx->regs);
+	*generation = ctx->generation;
+	xa_unlock(&ctx->regs);
+
+	ret = 0;
+	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_DIRTY) {
+		if (n == max) {
+			ret = MRN_DRAIN_MORE;
+			break;
+		}
+		ents[n].cookie = reg->cookie;
+		ents[n].id = index;
+		ents[n].addr = reg->notifier.interval_tree.start;
+		ents[n].length = reg->notifier.interval_tree.last -
+				 reg->notifier.interval_tree.start + 1;
+		xa_set_mark(&ctx->regs, index, MRN_MARK_BATCH);
+		n++;
+	}
+	mutex_unlock(&ctx->mutex);
+	*count = n;
+	return ret;
+}
+
+/* Release a reported batch, or forget it when it could not be reported. */
+static void mrn_drain_finish(struct mrn_ctx *ctx, bool commit)
+{
+	struct mrn_reg *reg;
+	unsigned long index;
+	u64 n = 0;
+
+	/*
+	 * Not killable: the batch must not stay marked. Nothing here waits
+	 * for user space.
+	 */
+	mutex_lock(&ctx->mutex);
+	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_BATCH) {
+		if (!commit) {
+			/* The dirty marks are untouched: nothing is lost. */
+			xa_clear_mark(&ctx->regs, index, MRN_MARK_BATCH);
+			continue;
+		}
+		/* Erasing the entry clears its marks. */
+		mmu_interval_notifier_remove(&reg->notifier);
+		mrn_unlink(ctx, reg);
+		mrn_free_reg(ctx, reg);
+		n++;
+		cond_resched();
+	}
+	mutex_unlock(&ctx->mutex);
+	mrn_count_add(MRN_CNT_DRAINED, n);
+}
+
+/* Copy a batch to user space, each entry in a slot of @entry_size bytes. */
+static int mrn_drain_copy_out(char __user *dst, u32 entry_size,
+			      const struct mrn_dirty_entry *ents, u32 count)
+{
+	const size_t tail = entry_size - sizeof(*ents);
+	u32 i;
+
+	if (!tail)
+		return copy_to_user(dst, ents, count * sizeof(*ents)) ?
+			-EFAULT : 0;
+	for (i = 0; i < count; i++, dst += entry_size) {
+		if (copy_to_user(dst, &ents[i], sizeof(*ents)) ||
+		    clear_user(dst + sizeof(*ents), tail))
+			return -EFAULT;
+	}
+	return 0;
 }
 
 /**
  * mrn_ioctl_drain - report and release invalidated registrations
  * @ctx: the context
  * @uarg: struct mrn_drain; count, out_flags and generation are written back
- * @usize: the size user space passed
+ * @usize: the size of the argument
  *
- * Copies out up to capacity entries in id order, then releases them; an
- * EFAULT on the way releases nothing. MRN_DRAIN_MORE says more are left.
+ * Takes up to min(capacity, MRN_DRAIN_MAX_BATCH) entries in id order into a
+ * kernel buffer under the mutex, copies them out without it (a fault on a
+ * userfaultfd-registered buffer stalls only this DRAIN and UNREGISTERs of
+ * the same registrations), then releases them; an EFAULT on the way
+ * releases nothing. MRN_DRAIN_MORE says more are left.
  *
- * Return: 0; -EINVAL for a bad size, flags or entry size; -EFAULT; -EINTR.
+ * Return: 0; -EINVAL for a bad size, flags or entry size; -EFAULT; -ENOMEM;
+ * -EINTR.
  */
 static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 			    u32 usize)
 {
-	struct mrn_dirty_entry ent;
+	struct mrn_dirty_entry *ents;
 	struct mrn_drain arg;
-	struct mrn_reg *reg;
-	unsigned long index;
-	char __user *dst;
-	u32 count = 0, out_flags = 0;
+	u32 max, count;
 	u64 generation;
-	int ret;
+	int ret, more;
 
-	BUILD_BUG_ON(sizeof(ent) != MRN_DIRTY_ENTRY_SIZE_VER1);
-	ret = mrn_get_arg(&arg, sizeof(arg), MRN_DRAIN_SIZE_VER1, uarg, usize);
+	BUILD_BUG_ON(sizeof(*ents) != MRN_DIRTY_ENTRY_SIZE_VER1);
+	ret = mrn_get_arg(&arg, sizeof(arg), uarg, usize);
 	if (ret)
 		return ret;
 	if (arg.entry_size < MRN_DIRTY_ENTRY_SIZE_VER1 ||
 	    arg.entry_size > PAGE_SIZE || arg.entry_size % sizeof(u64))
 		return -EINVAL;
-	dst = u64_to_user_ptr(arg.entries);
 
-	ret = mutex_lock_killable(&ctx->mutex);
+	max = min_t(u32, arg.capacity, MRN_DRAIN_MAX_BATCH);
+	/* 32 KiB at most; one slot even for capacity 0. */
+	ents = kvmalloc_array(max ?: 1, sizeof(*ents), GFP_KERNEL_ACCOUNT);
+	if (!ents)
+		return -ENOMEM;
+
+	ret = mutex_lock_killable(&ctx->drain_mutex);
 	if (ret)
-		return ret;
-
-	/*
-	 * The generation is read before the walk. A registration marked
-	 * before this point is found below (or reported by MORE); one marked
-	 * later moves the generation past the value returned, so user space
-	 * drains again. Marks only appear while we hold the mutex.
-	 */
-	xa_lock(&ctx->regs);
-	generation = ctx->generation;
-	xa_unlock(&ctx->regs);
-
-	/*
-	 * Copy out first, commit afterwards: until every byte has reached
-	 * user space nothing is released, so EFAULT loses nothing.
-	 */
-	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_DIRTY) {
-		if (count == arg.capacity) {
-			out_flags |= MRN_DRAIN_MORE;
-			break;
-		}
-		ent.cookie = reg->cookie;
-		ent.id = reg->id;
-		ent.addr = reg->notifier.interval_tree.start;
-		ent.length = reg->notifier.interval_tree.last -
-			     reg->notifier.interval_tree.start + 1;
-		if (copy_to_user(dst, &ent, sizeof(ent)) ||
-		    (arg.entry_size > sizeof(ent) &&
-		     clear_user(dst + sizeof(ent),
-				arg.entry_size - sizeof(ent)))) {
-			ret = -EFAULT;
-			goto out_fault;
-		}
-		xa_set_mark(&ctx->regs, index, MRN_MARK_BATCH);
-		dst += arg.entry_size;
-		count++;
-		cond_resched();
+		goto out_free;
+	more = mrn_drain_take(ctx, ents, max, &count, &generation);
+	if (more < 0) {
+		ret = more;
+		goto out_unlock;
 	}
-	if (put_user(count, &uarg->count) ||
-	    put_user(out_flags, &uarg->out_flags) ||
-	    put_user(generation, &uarg->generation)) {
+
+	/* Copy out first, commit afterwards: EFAULT loses nothing. */
+	ret = mrn_drain_copy_out(u64_to_user_ptr(arg.entries), arg.entry_size,
+				 ents, count);
+	if (!ret && (put_user(count, &uarg->count) ||
+		     put_user((u32)more, &uarg->out_flags) ||
+		     put_user(generation, &uarg->generation)))
 		ret = -EFAULT;
-		goto out_fault;
-	}
+	mrn_drain_finish(ctx, !ret);
 
-	/* Commit: the batch is reported, release it (may sleep). */
-	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_BATCH) {
-		mmu_interval_notifier_remove(&reg->notifier);
-		mrn_unlink(ctx, reg);
-		mrn_free_reg(reg);
-	}
-	xa_lock(&ctx->regs);
-	ctx->drained += count;
-	xa_unlock(&ctx->regs);
-	mutex_unlock(&ctx->mutex);
-	return 0;
-
-out_fault:
-	/* The dirty marks are untouched: the next DRAIN sees everything. */
-	mrn_clear_batch(ctx);
-	mutex_unlock(&ctx->mutex);
+out_unlock:
+	mutex_unlock(&ctx->drain_mutex);
+out_free:
+	kvfree(ents);
 	return ret;
 }
 
 /**
- * mrn_ioctl_query - the context's limits and counters
+ * mrn_ioctl_query - the context's limits and state
  * @ctx: the context
  * @uarg: struct mrn_query, filled in up to the size user space passed
- * @usize: the size user space passed
+ * @usize: the size of the argument
  *
  * Return: 0; -EINVAL for a bad size or flags; -E2BIG; -EFAULT.
  */
@@ -698,7 +947,7 @@ static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 	struct mrn_query q;
 	int ret;
 
-	ret = mrn_get_arg(&q, sizeof(q), MRN_QUERY_SIZE_VER1, uarg, usize);
+	ret = mrn_get_arg(&q, sizeof(q), uarg, usize);
 	if (ret)
 		return ret;
 
@@ -707,16 +956,12 @@ static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 	q.abi_version = MRN_ABI_VERSION;
 	q.reg_bytes = kmem_cache_size(mrn_reg_cache);
 	q.max_registrations = ctx->max_regs;
+	q.max_user_registrations = READ_ONCE(mrn_max_user_registrations);
+	q.user_registrations = atomic_long_read(&ctx->user->regs);
 	xa_lock(&ctx->regs);
 	q.registrations = ctx->nr_regs;
 	q.dirty = ctx->nr_dirty;
 	q.generation = ctx->generation;
-	q.invalidated = ctx->invalidated;
-	q.already_dirty = ctx->already_dirty;
-	q.ignored = ctx->ignored;
-	q.drained = ctx->drained;
-	q.unregistered_dirty = ctx->unregistered_dirty;
-	memcpy(q.callbacks, ctx->callbacks, sizeof(q.callbacks));
 	xa_unlock(&ctx->regs);
 
 	if (copy_to_user(uarg, &q, q.size))
@@ -724,11 +969,19 @@ static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 	return 0;
 }
 
+/* The first size of each command's argument, by command number. */
+static const u32 mrn_min_size[] = {
+	[_IOC_NR(MRN_IOC_REGISTER)] = MRN_REGISTER_SIZE_VER1,
+	[_IOC_NR(MRN_IOC_UNREGISTER)] = MRN_UNREGISTER_SIZE_VER1,
+	[_IOC_NR(MRN_IOC_DRAIN)] = MRN_DRAIN_SIZE_VER1,
+	[_IOC_NR(MRN_IOC_QUERY)] = MRN_QUERY_SIZE_VER1,
+};
+
 static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct mrn_ctx *ctx = file->private_data;
 	void __user *uarg = (void __user *)arg;
-	u32 usize;
+	u32 nr = _IOC_NR(cmd), usize = _IOC_SIZE(cmd);
 
 	/*
 	 * Only the address space that opened the context may use it: a forked
@@ -737,25 +990,19 @@ static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	 */
 	if (current->mm != ctx->mm)
 		return -EIO;
-	/* The size bits of cmd are ignored: the struct's size field rules. */
+	/*
+	 * Strict decoding: our type, read-write, a known number and a size
+	 * from the command's first version up to a page, in 8-byte steps
+	 * (every argument is a multiple of 8). A later header's larger
+	 * struct is a larger size here, checked by copy_struct_from_user().
+	 */
 	if (_IOC_TYPE(cmd) != MRN_IOC_MAGIC ||
-	    _IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE))
+	    _IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE) ||
+	    nr >= ARRAY_SIZE(mrn_min_size) || !mrn_min_size[nr] ||
+	    usize < mrn_min_size[nr] || usize > PAGE_SIZE || usize % 8)
 		return -ENOTTY;
-	switch (_IOC_NR(cmd)) {
-	case _IOC_NR(MRN_IOC_REGISTER):
-	case _IOC_NR(MRN_IOC_UNREGISTER):
-	case _IOC_NR(MRN_IOC_DRAIN):
-	case _IOC_NR(MRN_IOC_QUERY):
-		break;
-	default:
-		return -ENOTTY;
-	}
-	if (get_user(usize, (u32 __user *)uarg))
-		return -EFAULT;
-	if (usize > PAGE_SIZE)
-		return -E2BIG;
 
-	switch (_IOC_NR(cmd)) {
+	switch (nr) {
 	case _IOC_NR(MRN_IOC_REGISTER):
 		return mrn_ioctl_register(ctx, uarg, usize);
 	case _IOC_NR(MRN_IOC_UNREGISTER):
@@ -767,54 +1014,46 @@ static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 }
 
-static const char * const mrn_event_names[MRN_EV_OTHER + 1] = {
-	[MRN_EV_UNMAP] = "unmap",
-	[MRN_EV_CLEAR] = "clear",
-	[MRN_EV_PROTECTION_VMA] = "protection_vma",
-	[MRN_EV_PROTECTION_PAGE] = "protection_page",
-	[MRN_EV_SOFT_DIRTY] = "soft_dirty",
-	[MRN_EV_RELEASE] = "release",
-	[MRN_EV_MIGRATE] = "migrate",
-	[MRN_EV_EXCLUSIVE] = "exclusive",
-	[MRN_EV_OTHER] = "other",
-};
-
 /*
- * /sys/class/misc/mrnotify/stats (root only: it sums over all processes).
- * Lets a test see what happened to a context whose owner has exited.
+ * /sys/kernel/debug/mrnotify/: one value per file, root only. Module-wide
+ * sums over all processes, so a test can see what happened to a context
+ * whose owner has exited. Not ABI.
  */
-static ssize_t stats_show(struct device *dev, struct device_attribute *attr,
-			  char *buf)
+static int mrn_counter_get(void *data, u64 *val)
 {
-	u64 callbacks[MRN_EV_OTHER + 1] = {};
-	u64 invalidated = 0;
-	int cpu, i, len;
+	const unsigned int c = (uintptr_t)data;
+	u64 sum = 0;
+	int cpu;
 
-	for_each_possible_cpu(cpu) {
-		const struct mrn_pcpu_stats *s =
-			per_cpu_ptr(&mrn_pcpu_stats, cpu);
-
-		for (i = 0; i <= MRN_EV_OTHER; i++)
-			callbacks[i] += READ_ONCE(s->callbacks[i]);
-		invalidated += READ_ONCE(s->invalidated);
-	}
-	len = sysfs_emit(buf, "contexts %ld\n",
-			 atomic_long_read(&mrn_nr_contexts));
-	len += sysfs_emit_at(buf, len, "registrations %ld\n",
-			     atomic_long_read(&mrn_nr_regs));
-	len += sysfs_emit_at(buf, len, "invalidated %llu\n", invalidated);
-	for (i = 0; i <= MRN_EV_OTHER; i++)
-		len += sysfs_emit_at(buf, len, "callbacks_%s %llu\n",
-				     mrn_event_names[i], callbacks[i]);
-	return len;
+	for_each_possible_cpu(cpu)
+		sum += READ_ONCE(per_cpu_ptr(&mrn_pcpu_stats, cpu)->count[c]);
+	*val = sum;
+	return 0;
 }
-static DEVICE_ATTR_ADMIN_RO(stats);
+DEFINE_DEBUGFS_ATTRIBUTE(mrn_counter_fops, mrn_counter_get, NULL, "%llu\n");
 
-static struct attribute *mrn_attrs[] = {
-	&dev_attr_stats.attr,
-	NULL,
-};
-ATTRIBUTE_GROUPS(mrn);
+static int mrn_gauge_get(void *data, u64 *val)
+{
+	*val = atomic_long_read(data);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(mrn_gauge_fops, mrn_gauge_get, NULL, "%llu\n");
+
+static void mrn_debugfs_init(void)
+{
+	unsigned int c;
+
+	/* Best effort: debugfs may be disabled or locked down. */
+	mrn_debugfs = debugfs_create_dir(KBUILD_MODNAME, NULL);
+	for (c = 0; c < MRN_NR_COUNTERS; c++)
+		debugfs_create_file_unsafe(mrn_counter_names[c], 0400,
+					   mrn_debugfs, (void *)(uintptr_t)c,
+					   &mrn_counter_fops);
+	debugfs_create_file_unsafe("contexts", 0400, mrn_debugfs,
+				   &mrn_nr_contexts, &mrn_gauge_fops);
+	debugfs_create_file_unsafe("registrations", 0400, mrn_debugfs,
+				   &mrn_nr_regs, &mrn_gauge_fops);
+}
 
 /**
  * mrn_poll - readable while a registration is dirty and not yet drained
@@ -858,23 +1097,25 @@ static struct miscdevice mrn_misc = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = "mrnotify",
 	.fops = &mrn_fops,
-	.groups = mrn_groups,
 	/* Safe for everyone: a context can only watch its opener. */
 	.mode = 0666,
 };
 
 static int __init mrn_init(void)
 {
+	u64 ram_share;
 	int ret;
 
 	BUILD_BUG_ON(sizeof(struct mrn_register) != MRN_REGISTER_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_unregister) != MRN_UNREGISTER_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_drain) != MRN_DRAIN_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_query) != MRN_QUERY_SIZE_VER1);
+	BUILD_BUG_ON(ARRAY_SIZE(mrn_counter_names) != MRN_NR_COUNTERS);
 	/* mrn_get_arg() reads every argument's header the same way. */
 #define MRN_CHECK_HEADER(type)							\
 	BUILD_BUG_ON(offsetof(type, size) != offsetof(struct mrn_arg_header, size) || \
-		     offsetof(type, flags) != offsetof(struct mrn_arg_header, flags))
+		     offsetof(type, flags) != offsetof(struct mrn_arg_header, flags) || \
+		     sizeof(type) % 8)
 	MRN_CHECK_HEADER(struct mrn_register);
 	MRN_CHECK_HEADER(struct mrn_unregister);
 	MRN_CHECK_HEADER(struct mrn_drain);
@@ -882,11 +1123,22 @@ static int __init mrn_init(void)
 #undef MRN_CHECK_HEADER
 	BUILD_BUG_ON(sizeof(struct mrn_reg) > 112);
 
+	/* Like inotify's max_user_watches: 1% of RAM, here at least 2^20. */
+	if (!mrn_max_user_registrations) {
+		ram_share = div_u64((u64)totalram_pages() * PAGE_SIZE,
+				    100 * MRN_REG_COST);
+		mrn_max_user_registrations =
+			clamp_t(u64, ram_share, MRN_DEFAULT_MAX_REGISTRATIONS,
+				MRN_MAX_REGISTRATIONS_LIMIT);
+	}
+
 	mrn_reg_cache = KMEM_CACHE(mrn_reg, SLAB_ACCOUNT);
 	if (!mrn_reg_cache)
 		return -ENOMEM;
+	mrn_debugfs_init();
 	ret = misc_register(&mrn_misc);
 	if (ret) {
+		debugfs_remove_recursive(mrn_debugfs);
 		kmem_cache_destroy(mrn_reg_cache);
 		return ret;
 	}
@@ -897,6 +1149,7 @@ static void __exit mrn_exit(void)
 {
 	/* fops.owner pins the module while any context exists. */
 	misc_deregister(&mrn_misc);
+	debugfs_remove_recursive(mrn_debugfs);
 	kmem_cache_destroy(mrn_reg_cache);
 }
 

@@ -4,7 +4,7 @@
  * to 6.12 (Debian 13). Each line names the release that changed the API.
  * Everything else the module uses is in 5.10 already: interval notifiers
  * (5.5), copy_struct_from_user (5.4), compat_ptr_ioctl (5.5),
- * sysfs_emit_at (5.10), XA_FLAGS_ACCOUNT, DEVICE_ATTR_ADMIN_RO.
+ * XA_FLAGS_ACCOUNT, DEFINE_DEBUGFS_ATTRIBUTE, refcount_dec_and_lock.
  */
 #ifndef MRNOTIFY_COMPAT_H
 #define MRNOTIFY_COMPAT_H

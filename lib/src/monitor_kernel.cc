@@ -62,16 +62,26 @@ public:
 		u.id = id;
 		const int rc = ioctl(fd_, MRN_IOC_UNREGISTER, &u);
 		if (rc < 0) {
-			// ENOENT would mean a caller lost track of an id: say so.
+			// ESTALE (already drained or unregistered) or EINVAL
+			// (never handed out) means a caller lost track of an
+			// id: say so. The library's API has always called both
+			// ENOENT.
+			const int err = errno == ESTALE || errno == EINVAL ? ENOENT : errno;
 			log(1, "unregister of kernel id %llu failed: %s",
 			    static_cast<unsigned long long>(id), strerror(errno));
-			return -errno;
+			return -err;
 		}
 		return rc; // MRN_UNREGISTER_WAS_DIRTY or 0
 	}
 
+	// The cache calls this under its writer lock, so one loop runs at a
+	// time and the generation of its last call (no MORE) covers every
+	// entry this loop handed to the sink: only then may the cache take it
+	// as "seen". Two unserialised loops could each see the other's
+	// generation before the other's entries are processed.
 	int drain(InvalidationSink &sink, uint64_t *generation) override
 	{
+		// At most MRN_DRAIN_MAX_BATCH entries come back per call.
 		std::array<mrn_dirty_entry, 256> batch;
 		for (;;) {
 			mrn_drain d{};
@@ -113,7 +123,10 @@ std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 	if (fd < 0) {
 		*err = -errno;
 		*why = std::string(MRN_DEVICE_PATH) + ": " + strerror(errno) +
-		       (errno == ENOENT ? " (is mrnotify.ko loaded?)" : "");
+		       (errno == ENOENT   ? " (is mrnotify.ko loaded?)"
+			: errno == EMFILE ? " (this user's contexts reached "
+					    "/sys/module/mrnotify/parameters/max_user_contexts)"
+					  : "");
 		return nullptr;
 	}
 	const size_t len = static_cast<size_t>(sysconf(_SC_PAGESIZE));

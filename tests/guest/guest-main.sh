@@ -65,6 +65,10 @@ if [ "$MRN_RXE" = 1 ]; then
 	ibv_devices 2>/dev/null | grep -qw rxe0 || setup_fail "rxe0 did not appear"
 fi
 
+# mrnotify.ko's counters are in debugfs (the kernel tests read them).
+mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug ||
+	setup_fail "cannot mount debugfs"
+
 for m in "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
 	name=$(basename "$m" .ko)
 	params=

@@ -144,6 +144,7 @@ TEST(Register, DrainReportsCookieIdAndRangeOnce)
 	Map m(4 * page_size());
 	ASSERT_NE(nullptr, m.get());
 	m.touch();
+	mrn::StatsDelta stats;
 	int64_t id = c.reg(m.get(), m.size(), 0xC00C1E);
 	ASSERT_GT(id, 0);
 	EXPECT_EQ(0u, c.gen());
@@ -165,17 +166,17 @@ TEST(Register, DrainReportsCookieIdAndRangeOnce)
 	EXPECT_EQ(1u, g);
 	EXPECT_EQ(g, c.gen());
 
-	// Reported once; the id is gone.
+	// Reported once; the id is stale.
 	EXPECT_TRUE(c.drain().empty());
-	EXPECT_EQ(-ENOENT, c.unreg(id));
+	EXPECT_EQ(-ESTALE, c.unreg(id));
 	mrn_query q = c.query();
 	EXPECT_EQ(0u, q.registrations);
 	EXPECT_EQ(0u, q.dirty);
-	EXPECT_EQ(1u, q.invalidated);
-	EXPECT_EQ(1u, q.drained);
+	EXPECT_EQ(1, stats["invalidated"]);
+	EXPECT_EQ(1, stats["drained"]);
 }
 
-TEST(Register, UnregisterCleanThenAgainIsENOENT)
+TEST(Register, UnregisterCleanThenAgainIsESTALE)
 {
 	Ctx c;
 	ASSERT_TRUE(c.ok());
@@ -183,7 +184,7 @@ TEST(Register, UnregisterCleanThenAgainIsENOENT)
 	int64_t id = c.reg(m.get(), m.size());
 	ASSERT_GT(id, 0);
 	EXPECT_EQ(0, c.unreg(id));
-	EXPECT_EQ(-ENOENT, c.unreg(id));
+	EXPECT_EQ(-ESTALE, c.unreg(id));
 	// An unregistered range is no longer watched.
 	m.touch();
 	ASSERT_EQ(0, munmap(m.get(), m.size()));
@@ -197,6 +198,7 @@ TEST(Register, UnregisterDirtyReportsWasDirtyAndDrainSkipsIt)
 	Ctx c;
 	ASSERT_TRUE(c.ok());
 	Map a(page_size()), b(page_size());
+	mrn::StatsDelta stats;
 	int64_t ia = c.reg(a.get(), a.size(), 1);
 	int64_t ib = c.reg(b.get(), b.size(), 2);
 	ASSERT_GT(ia, 0);
@@ -205,12 +207,12 @@ TEST(Register, UnregisterDirtyReportsWasDirtyAndDrainSkipsIt)
 	ASSERT_EQ(0, madvise(b.get(), b.size(), MADV_DONTNEED));
 	EXPECT_EQ(2u, c.gen());
 	EXPECT_EQ(MRN_UNREGISTER_WAS_DIRTY, c.unreg(ia));
-	EXPECT_EQ(-ENOENT, c.unreg(ia));
+	EXPECT_EQ(-ESTALE, c.unreg(ia));
 	auto e = c.drain();
 	ASSERT_EQ(1u, e.size());
 	EXPECT_EQ(static_cast<uint64_t>(ib), e[0].id);
 	mrn_query q = c.query();
-	EXPECT_EQ(1u, q.unregistered_dirty);
+	EXPECT_EQ(1, stats["unregistered_dirty"]);
 	EXPECT_EQ(0u, q.registrations);
 }
 
@@ -282,6 +284,7 @@ TEST(Register, IdsAreNotReusedSoon)
 
 struct RegCase {
 	const char *what;
+	uint32_t cmd_size; // the size bits of the command
 	uint32_t size;
 	uint32_t flags;
 	uint64_t addr;
@@ -298,21 +301,29 @@ TEST(Malformed, RegisterTable)
 	const uint64_t a = reinterpret_cast<uintptr_t>(m.get());
 	const uint64_t ps = page_size();
 	const uint64_t top = mrn::task_size();
+	const uint32_t v1 = MRN_REGISTER_SIZE_VER1;
+	const uint32_t sz = sizeof(mrn_register);
+	const uint32_t pg = static_cast<uint32_t>(ps);
 	const RegCase cases[] = {
-		{"size 0", 0, 0, a, ps, false, EINVAL},
-		{"size 8", 8, 0, a, ps, false, EINVAL},
-		{"size v1-1", MRN_REGISTER_SIZE_VER1 - 1, 0, a, ps, false, EINVAL},
-		{"size > page", static_cast<uint32_t>(ps) + 8, 0, a, ps, false, E2BIG},
-		{"nonzero tail", MRN_REGISTER_SIZE_VER1 + 8, 0, a, ps, true, E2BIG},
-		{"unknown flag bit 0", sizeof(mrn_register), 1, a, ps, false, EINVAL},
-		{"unknown flag bit 31", sizeof(mrn_register), 1u << 31, a, ps, false, EINVAL},
-		{"zero length", sizeof(mrn_register), 0, a, 0, false, EINVAL},
-		{"wraps", sizeof(mrn_register), 0, a, ~0ULL - a + 2, false, EOVERFLOW},
-		{"wraps from top", sizeof(mrn_register), 0, ~0ULL - 10, 20, false, EOVERFLOW},
-		{"kernel half", sizeof(mrn_register), 0, 0xffff888000000000ULL, ps, false, EFAULT},
-		{"crosses TASK_SIZE", sizeof(mrn_register), 0, top - ps, 2 * ps, false, EFAULT},
-		{"starts at TASK_SIZE", sizeof(mrn_register), 0, top, 1, false, EFAULT},
-		{"huge length", sizeof(mrn_register), 0, 0, 1ULL << 62, false, EFAULT},
+		{"size 0", sz, 0, 0, a, ps, false, EINVAL},
+		{"size 8", sz, 8, 0, a, ps, false, EINVAL},
+		{"size v1-1", sz, v1 - 1, 0, a, ps, false, EINVAL},
+		{"size != command's", sz, v1 + 8, 0, a, ps, false, EINVAL},
+		{"size > page", sz, pg + 8, 0, a, ps, false, EINVAL},
+		{"command size 0", 0, 0, 0, a, ps, false, ENOTTY},
+		{"command size v1-8", v1 - 8, v1 - 8, 0, a, ps, false, ENOTTY},
+		{"command size v1+4", v1 + 4, v1 + 4, 0, a, ps, false, ENOTTY},
+		{"command size > page", pg + 8, pg + 8, 0, a, ps, false, ENOTTY},
+		{"nonzero tail", v1 + 8, v1 + 8, 0, a, ps, true, E2BIG},
+		{"unknown flag bit 0", sz, sz, 1, a, ps, false, EINVAL},
+		{"unknown flag bit 31", sz, sz, 1u << 31, a, ps, false, EINVAL},
+		{"zero length", sz, sz, 0, a, 0, false, EINVAL},
+		{"wraps", sz, sz, 0, a, ~0ULL - a + 2, false, EOVERFLOW},
+		{"wraps from top", sz, sz, 0, ~0ULL - 10, 20, false, EOVERFLOW},
+		{"kernel half", sz, sz, 0, 0xffff888000000000ULL, ps, false, EFAULT},
+		{"crosses TASK_SIZE", sz, sz, 0, top - ps, 2 * ps, false, EFAULT},
+		{"starts at TASK_SIZE", sz, sz, 0, top, 1, false, EFAULT},
+		{"huge length", sz, sz, 0, 0, 1ULL << 62, false, EFAULT},
 	};
 	for (const auto &tc : cases) {
 		std::vector<uint64_t> buf(ps / 8 + 8, 0);
@@ -324,7 +335,9 @@ TEST(Malformed, RegisterTable)
 		if (tc.dirty_tail)
 			buf[MRN_REGISTER_SIZE_VER1 / 8] = 1;
 		errno = 0;
-		EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_REGISTER, buf.data())) << tc.what;
+		EXPECT_EQ(-1, mrn::ioctl_sized(c.fd(), _IOC_NR(MRN_IOC_REGISTER), tc.cmd_size,
+					       buf.data()))
+			<< tc.what;
 		EXPECT_EQ(tc.err, errno) << tc.what;
 	}
 	EXPECT_EQ(0u, c.query().registrations);
@@ -337,7 +350,7 @@ TEST(Malformed, RegisterTable)
 	r->size = 64;
 	r->addr = a;
 	r->length = 1;
-	ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_REGISTER, big.data()));
+	ASSERT_EQ(0, mrn::ioctl_sized(c.fd(), _IOC_NR(MRN_IOC_REGISTER), 64, big.data()));
 	EXPECT_GT(r->id, 0u);
 	// Bad argument pointers.
 	errno = 0;
@@ -383,13 +396,16 @@ TEST(Malformed, UnregisterTable)
 		{"size 0", 0, 0, static_cast<uint64_t>(id), EINVAL},
 		{"size 8", 8, 0, static_cast<uint64_t>(id), EINVAL},
 		{"size > page", static_cast<uint32_t>(page_size()) + 1, 0,
-		 static_cast<uint64_t>(id), E2BIG},
+		 static_cast<uint64_t>(id), EINVAL},
 		{"flags", sizeof(mrn_unregister), 1, static_cast<uint64_t>(id), EINVAL},
-		{"id 0", sizeof(mrn_unregister), 0, 0, ENOENT},
-		{"unknown id", sizeof(mrn_unregister), 0, static_cast<uint64_t>(id) + 1000, ENOENT},
+		// Ids never handed out are malformed (EINVAL); handed-out
+		// ids that are gone are stale (ESTALE, below).
+		{"id 0", sizeof(mrn_unregister), 0, 0, EINVAL},
+		{"id not yet handed out", sizeof(mrn_unregister), 0,
+		 static_cast<uint64_t>(id) + 1000, EINVAL},
 		{"id above u32", sizeof(mrn_unregister), 0,
-		 (1ULL << 32) + static_cast<uint64_t>(id), ENOENT},
-		{"id all ones", sizeof(mrn_unregister), 0, ~0ULL, ENOENT},
+		 (1ULL << 32) + static_cast<uint64_t>(id), EINVAL},
+		{"id all ones", sizeof(mrn_unregister), 0, ~0ULL, EINVAL},
 	};
 	for (const auto &tc : cases) {
 		mrn_unregister u;
@@ -404,7 +420,35 @@ TEST(Malformed, UnregisterTable)
 	// None of that touched the registration.
 	EXPECT_EQ(1u, c.query().registrations);
 	EXPECT_EQ(0, c.unreg(id));
-	EXPECT_EQ(-ENOENT, c.unreg(id)); // double unregister
+	EXPECT_EQ(-ESTALE, c.unreg(id)); // double unregister
+	// The command's size bits are decoded strictly.
+	mrn_unregister u;
+	memset(&u, 0, sizeof(u));
+	u.size = 8;
+	errno = 0;
+	EXPECT_EQ(-1, mrn::ioctl_sized(c.fd(), _IOC_NR(MRN_IOC_UNREGISTER), 8, &u));
+	EXPECT_EQ(ENOTTY, errno);
+}
+
+TEST(Register, IdsAreNeverReused)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	std::set<int64_t> seen;
+	int64_t last = 0;
+	for (int i = 0; i < 1000; i++) {
+		int64_t id = c.reg(m.get(), m.size());
+		ASSERT_GT(id, last); // increasing, so never one handed out before
+		ASSERT_TRUE(seen.insert(id).second);
+		last = id;
+		ASSERT_EQ(0, c.unreg(id));
+		ASSERT_EQ(-ESTALE, c.unreg(id));
+	}
+	// A REGISTER refused before it chooses an id burns none.
+	EXPECT_EQ(-EINVAL, c.reg(m.get(), 0)); // refused before an id is chosen
+	int64_t next = c.reg(m.get(), m.size());
+	EXPECT_EQ(last + 1, next);
 }
 
 TEST(Malformed, DrainTable)
@@ -447,6 +491,8 @@ TEST(Malformed, QueryAndUnknownCommands)
 	ASSERT_TRUE(c.ok());
 	std::vector<uint64_t> buf(64, 0);
 	auto *q = reinterpret_cast<mrn_query *>(buf.data());
+	EXPECT_EQ(64u, sizeof(mrn_query));
+	EXPECT_EQ(64, MRN_QUERY_SIZE_VER1);
 	q->size = MRN_QUERY_SIZE_VER1 - 8;
 	errno = 0;
 	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
@@ -457,13 +503,17 @@ TEST(Malformed, QueryAndUnknownCommands)
 	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
 	EXPECT_EQ(EINVAL, errno);
 	q->flags = 0;
-	q->size = sizeof(mrn_query) + 16;
+	const unsigned bigger = sizeof(mrn_query) + 16;
+	q->size = bigger;
 	buf[sizeof(mrn_query) / 8 + 1] = 5;
 	errno = 0;
-	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q));
+	EXPECT_EQ(-1, mrn::ioctl_sized(c.fd(), _IOC_NR(MRN_IOC_QUERY), bigger, q));
 	EXPECT_EQ(E2BIG, errno);
 	buf[sizeof(mrn_query) / 8 + 1] = 0;
-	EXPECT_EQ(0, ioctl(c.fd(), MRN_IOC_QUERY, q));
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), MRN_IOC_QUERY, q)); // size field != command's
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(0, mrn::ioctl_sized(c.fd(), _IOC_NR(MRN_IOC_QUERY), bigger, q));
 	EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), q->abi_version);
 	EXPECT_EQ(0u, buf[sizeof(mrn_query) / 8 + 1]); // the tail is not written
 
@@ -479,10 +529,26 @@ TEST(Malformed, QueryAndUnknownCommands)
 	errno = 0;
 	EXPECT_EQ(-1, ioctl(c.fd(), _IOR(MRN_IOC_MAGIC, 4, struct mrn_query), q));
 	EXPECT_EQ(ENOTTY, errno);
-	// The size bits of the command are not what counts: the size field is.
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IOW(MRN_IOC_MAGIC, 4, struct mrn_query), q));
+	EXPECT_EQ(ENOTTY, errno);
+	for (unsigned nr : {0u, 5u, 255u}) {
+		errno = 0;
+		EXPECT_EQ(-1, mrn::ioctl_sized(c.fd(), nr, sizeof(mrn_query), q)) << nr;
+		EXPECT_EQ(ENOTTY, errno) << nr;
+	}
+	// The development ABI's magic is not ours any more.
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IOWR(0xB7, 4, struct mrn_query), q));
+	EXPECT_EQ(ENOTTY, errno);
+	// A larger command with a zero tail is fine if the size field agrees.
 	memset(buf.data(), 0, buf.size() * 8);
-	q->size = sizeof(mrn_query);
+	q->size = 512;
 	EXPECT_EQ(0, ioctl(c.fd(), _IOWR(MRN_IOC_MAGIC, 4, char[512]), q));
+	q->size = sizeof(mrn_query);
+	errno = 0;
+	EXPECT_EQ(-1, ioctl(c.fd(), _IOWR(MRN_IOC_MAGIC, 4, char[512]), q));
+	EXPECT_EQ(EINVAL, errno);
 }
 
 TEST(Drain, BadPointerIsEFAULTAndLosesNothing)
@@ -492,6 +558,7 @@ TEST(Drain, BadPointerIsEFAULTAndLosesNothing)
 	const size_t ps = page_size();
 	Map m(8 * ps);
 	std::set<uint64_t> ids;
+	mrn::StatsDelta stats;
 	for (int i = 0; i < 8; i++)
 		ids.insert(static_cast<uint64_t>(c.reg(m.get() + i * ps, ps, i)));
 	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
@@ -528,7 +595,7 @@ TEST(Drain, BadPointerIsEFAULTAndLosesNothing)
 	EXPECT_EQ(EFAULT, errno);
 
 	EXPECT_EQ(ids, c.drain_ids());
-	EXPECT_EQ(8u, c.query().drained);
+	EXPECT_EQ(8, stats["drained"]);
 }
 
 TEST(Drain, CapacityAndMore)

@@ -237,6 +237,54 @@ TEST(Exit, OwnerExitInvalidatesAndReleasesEverything)
 	EXPECT_EQ(before["registrations"], after["registrations"]);
 }
 
+// The image exec'd by the next test: MRN_TEST_EXEC_FD names a context fd
+// inherited across execve (opened without O_CLOEXEC). Every ioctl and mmap
+// must be EIO: the exec'd process has a new address space.
+const int exec_check = [] {
+	const char *e = getenv("MRN_TEST_EXEC_FD");
+	if (!e)
+		return 0;
+	const int fd = atoi(e);
+	mrn_query q{};
+	q.size = sizeof(q);
+	errno = 0;
+	bool ok = ioctl(fd, MRN_IOC_QUERY, &q) == -1 && errno == EIO;
+	mrn_drain d = Ctx::drain_arg(nullptr, 0);
+	errno = 0;
+	ok = ok && ioctl(fd, MRN_IOC_DRAIN, &d) == -1 && errno == EIO;
+	errno = 0;
+	ok = ok && mmap(nullptr, page_size(), PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED &&
+	     errno == EIO;
+	_exit(ok ? 0 : 3);
+}();
+
+TEST(Exec, InheritedContextIsEIOAfterExecAndReleasedAtExit)
+{
+	auto before = mrn::global_stats();
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int fd = open(MRN_DEVICE_PATH, O_RDWR); // no O_CLOEXEC on purpose
+		Map m(page_size());
+		m.touch();
+		mrn_register r{};
+		r.size = sizeof(r);
+		r.addr = reinterpret_cast<uintptr_t>(m.get());
+		r.length = page_size();
+		if (fd < 0 || ioctl(fd, MRN_IOC_REGISTER, &r) != 0)
+			_exit(4);
+		setenv("MRN_TEST_EXEC_FD", std::to_string(fd).c_str(), 1);
+		execl("/proc/self/exe", "mrn_process_test", static_cast<char *>(nullptr));
+		_exit(5);
+	}
+	EXPECT_EQ(0, wait_exit(pid)) << "3: not EIO after exec; 4: set-up; 5: exec";
+	auto after = mrn::global_stats();
+	// exec tore the old address space down: its registration was invalidated.
+	EXPECT_EQ(1, after["callbacks_release"] - before["callbacks_release"]);
+	EXPECT_EQ(before["contexts"], after["contexts"]);
+	EXPECT_EQ(before["registrations"], after["registrations"]);
+}
+
 TEST(Exit, PassedContextOutlivesItsOwnerAndReleasesSafelyElsewhere)
 {
 	// The child registers, hands its context to the parent and exits. The
@@ -246,6 +294,11 @@ TEST(Exit, PassedContextOutlivesItsOwnerAndReleasesSafelyElsewhere)
 	int sv[2];
 	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
 	auto before = mrn::global_stats();
+	// An address kept free for the parent's own page: reserved here, so
+	// the child's status page can go there and the parent can map it later
+	// (MAP_FIXED_NOREPLACE then cannot fail, and the check is never skipped).
+	void *resv = mmap(nullptr, page_size(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, resv);
 	pid_t pid = fork();
 	ASSERT_GE(pid, 0);
 	if (pid == 0) {
@@ -257,7 +310,11 @@ TEST(Exit, PassedContextOutlivesItsOwnerAndReleasesSafelyElsewhere)
 		m.touch();
 		for (int i = 0; i < 3; i++)
 			k.check(c.reg(m.get() + i * page_size(), page_size(), i) > 0, "register");
-		uint64_t where = reinterpret_cast<uintptr_t>(c.status());
+		k.check(munmap(resv, page_size()) == 0, "free the reserved address");
+		k.check(mmap(resv, page_size(), PROT_READ, MAP_SHARED | MAP_FIXED_NOREPLACE, c.fd(),
+			     0) == resv,
+			"status page mapped at the reserved address");
+		uint64_t where = reinterpret_cast<uintptr_t>(resv);
 		k.check(send_fd(sv[1], c.fd(), &where, sizeof(where)), "send");
 		char b;
 		k.check(read(sv[1], &b, 1) == 1, "wait for the parent");
@@ -280,22 +337,19 @@ TEST(Exit, PassedContextOutlivesItsOwnerAndReleasesSafelyElsewhere)
 	check_foreign(k, fd, 1, nullptr);
 	EXPECT_EQ(0, k.failed);
 
-	void *mine = mmap(reinterpret_cast<void *>(where), page_size(), PROT_READ | PROT_WRITE,
+	ASSERT_EQ(reinterpret_cast<uintptr_t>(resv), where);
+	ASSERT_EQ(0, munmap(resv, page_size()));
+	void *mine = mmap(resv, page_size(), PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-	bool placed = mine == reinterpret_cast<void *>(where);
-	if (mine != MAP_FAILED)
-		memset(mine, 0x5A, page_size());
+	ASSERT_EQ(resv, mine) << "the parent's page at the child's status address";
+	memset(mine, 0x5A, page_size());
 	ASSERT_EQ(0, close(fd));
 	auto after = mrn::global_stats();
 	EXPECT_EQ(before["contexts"], after["contexts"]);
 	EXPECT_EQ(before["registrations"], after["registrations"]);
-	if (mine != MAP_FAILED) {
-		EXPECT_TRUE(is_mapped(mine));
-		EXPECT_EQ(0x5A, static_cast<unsigned char *>(mine)[page_size() - 1]);
-		munmap(mine, page_size());
-	}
-	if (!placed)
-		printf("note: the child's status page address was taken in the parent\n");
+	EXPECT_TRUE(is_mapped(mine));
+	EXPECT_EQ(0x5A, static_cast<unsigned char *>(mine)[page_size() - 1]);
+	munmap(mine, page_size());
 }
 
 TEST(Exit, LastCloseInChildRemovesParentNotifiersOnly)

@@ -4,6 +4,7 @@
 #ifndef MRN_TEST_UTIL_H
 #define MRN_TEST_UTIL_H
 
+#include <linux/io_uring.h>
 #include <linux/mrnotify.h>
 
 #include <errno.h>
@@ -12,6 +13,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -234,16 +237,65 @@ inline uint64_t task_size()
 	return p == want ? (1ULL << 56) - ps : (1ULL << 47) - ps;
 }
 
-// Module-wide counters from /sys/class/misc/mrnotify/stats (root only).
+// Module-wide counters, one value per file in /sys/kernel/debug/mrnotify/
+// (root; the guest mounts debugfs). Kernel internals, not ABI: tests take
+// differences over a stretch in which only they use the module.
 inline std::map<std::string, long long> global_stats()
 {
+	static const char *const names[] = {"callbacks_unmap",
+					    "callbacks_clear",
+					    "callbacks_protection_vma",
+					    "callbacks_protection_page",
+					    "callbacks_soft_dirty",
+					    "callbacks_release",
+					    "callbacks_migrate",
+					    "callbacks_exclusive",
+					    "callbacks_other",
+					    "invalidated",
+					    "already_dirty",
+					    "ignored",
+					    "drained",
+					    "unregistered_dirty",
+					    "user_limit_hits",
+					    "contexts",
+					    "registrations"};
 	std::map<std::string, long long> m;
-	std::ifstream f("/sys/class/misc/mrnotify/stats");
-	std::string k;
-	long long v;
-	while (f >> k >> v)
-		m[k] = v;
+	for (const char *n : names) {
+		std::ifstream f(std::string("/sys/kernel/debug/mrnotify/") + n);
+		long long v = -1;
+		if (f >> v)
+			m[n] = v;
+	}
 	return m;
+}
+
+// Counter changes since construction.
+class StatsDelta {
+public:
+	StatsDelta() : before_(global_stats()) {}
+	long long operator[](const std::string &key) const
+	{
+		auto now = global_stats();
+		return now.at(key) - before_.at(key);
+	}
+	long long callbacks() const
+	{
+		long long sum = 0;
+		for (const auto &kv : global_stats())
+			if (kv.first.compare(0, 10, "callbacks_") == 0)
+				sum += kv.second - before_.at(kv.first);
+		return sum;
+	}
+
+private:
+	std::map<std::string, long long> before_;
+};
+
+// An ioctl whose command encodes `size` (the kernel wants it equal to the
+// argument's size field).
+inline int ioctl_sized(int fd, unsigned nr, unsigned size, void *arg)
+{
+	return ioctl(fd, _IOC(_IOC_READ | _IOC_WRITE, MRN_IOC_MAGIC, nr, size), arg);
 }
 
 // Physical frame behind addr from /proc/self/pagemap (root), 0 if none.
@@ -259,6 +311,163 @@ inline uint64_t pfn_of(const void *addr)
 	if (n != sizeof(e) || !(e & (1ULL << 63)))
 		return 0;
 	return e & ((1ULL << 55) - 1);
+}
+
+// A real long-term pin (FOLL_PIN | FOLL_LONGTERM, as ibv_reg_mr takes):
+// io_uring fixed buffers. ok() is false where io_uring is unavailable.
+class LongTermPin {
+public:
+	LongTermPin(void *addr, size_t len)
+	{
+		io_uring_params params;
+		memset(&params, 0, sizeof(params));
+		fd_ = static_cast<int>(syscall(__NR_io_uring_setup, 1, &params));
+		if (fd_ < 0)
+			return;
+		iovec iov{addr, len};
+		ok_ = syscall(__NR_io_uring_register, fd_, IORING_REGISTER_BUFFERS, &iov, 1) == 0;
+	}
+	~LongTermPin()
+	{
+		if (fd_ >= 0)
+			close(fd_);
+	}
+	LongTermPin(const LongTermPin &) = delete;
+	LongTermPin &operator=(const LongTermPin &) = delete;
+	bool ok() const { return ok_; }
+
+private:
+	int fd_ = -1;
+	bool ok_ = false;
+};
+
+// A minimal io_uring (no liburing) with one fixed buffer: pin() takes a
+// long-term pin of [addr, addr + len) as ibv_reg_mr does, and
+// read_through_pin() reads the pinned pages (not whatever is mapped at addr
+// now) by writing them to a memfd with IORING_OP_WRITE_FIXED.
+class PinReader {
+public:
+	PinReader()
+	{
+		io_uring_params p;
+		memset(&p, 0, sizeof(p));
+		fd_ = static_cast<int>(syscall(__NR_io_uring_setup, 4, &p));
+		if (fd_ < 0)
+			return;
+		sq_len_ = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+		cq_len_ = p.cq_off.cqes + p.cq_entries * sizeof(io_uring_cqe);
+		if (!(p.features & IORING_FEAT_SINGLE_MMAP))
+			return;
+		sq_len_ = cq_len_ = sq_len_ > cq_len_ ? sq_len_ : cq_len_;
+		void *ring = mmap(nullptr, sq_len_, PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_POPULATE, fd_, IORING_OFF_SQ_RING);
+		sqes_len_ = p.sq_entries * sizeof(io_uring_sqe);
+		void *sqes = mmap(nullptr, sqes_len_, PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_POPULATE, fd_, IORING_OFF_SQES);
+		if (ring == MAP_FAILED || sqes == MAP_FAILED)
+			return;
+		ring_ = static_cast<char *>(ring);
+		sqes_ = static_cast<io_uring_sqe *>(sqes);
+		sq_tail_ = reinterpret_cast<unsigned *>(ring_ + p.sq_off.tail);
+		sq_mask_ = *reinterpret_cast<unsigned *>(ring_ + p.sq_off.ring_mask);
+		sq_array_ = reinterpret_cast<unsigned *>(ring_ + p.sq_off.array);
+		cq_head_ = reinterpret_cast<unsigned *>(ring_ + p.cq_off.head);
+		cq_tail_ = reinterpret_cast<unsigned *>(ring_ + p.cq_off.tail);
+		cq_mask_ = *reinterpret_cast<unsigned *>(ring_ + p.cq_off.ring_mask);
+		cqes_ = reinterpret_cast<io_uring_cqe *>(ring_ + p.cq_off.cqes);
+		memfd_ = static_cast<int>(syscall(SYS_memfd_create, "mrn-pin", 0));
+		ok_ = memfd_ >= 0;
+	}
+	~PinReader()
+	{
+		unpin();
+		if (sqes_)
+			munmap(sqes_, sqes_len_);
+		if (ring_)
+			munmap(ring_, sq_len_);
+		if (memfd_ >= 0)
+			close(memfd_);
+		if (fd_ >= 0)
+			close(fd_);
+	}
+	PinReader(const PinReader &) = delete;
+	PinReader &operator=(const PinReader &) = delete;
+	bool ok() const { return ok_; }
+	// 0 or -errno (EFAULT: nothing mapped there).
+	int pin(void *addr, size_t len)
+	{
+		iovec iov{addr, len};
+		if (syscall(__NR_io_uring_register, fd_, IORING_REGISTER_BUFFERS, &iov, 1) != 0)
+			return -errno;
+		addr_ = addr;
+		len_ = len;
+		return 0;
+	}
+	void unpin()
+	{
+		if (addr_)
+			syscall(__NR_io_uring_register, fd_, IORING_UNREGISTER_BUFFERS, nullptr, 0);
+		addr_ = nullptr;
+	}
+	// Copies n bytes at offset off of the pinned pages to out; false on error.
+	bool read_through_pin(size_t off, void *out, size_t n)
+	{
+		const unsigned tail = *sq_tail_;
+		io_uring_sqe *sqe = &sqes_[tail & sq_mask_];
+		memset(sqe, 0, sizeof(*sqe));
+		sqe->opcode = IORING_OP_WRITE_FIXED;
+		sqe->fd = memfd_;
+		sqe->addr = reinterpret_cast<uintptr_t>(addr_);
+		sqe->len = static_cast<unsigned>(len_);
+		sqe->off = 0;
+		sqe->buf_index = 0;
+		sq_array_[tail & sq_mask_] = tail & sq_mask_;
+		__atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
+		if (syscall(__NR_io_uring_enter, fd_, 1, 1, IORING_ENTER_GETEVENTS, nullptr, 0) !=
+		    1)
+			return false;
+		const unsigned head = *cq_head_;
+		if (head == __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE))
+			return false;
+		const int res = cqes_[head & cq_mask_].res;
+		__atomic_store_n(cq_head_, head + 1, __ATOMIC_RELEASE);
+		return res == static_cast<int>(len_) &&
+		       pread(memfd_, out, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
+	}
+
+private:
+	int fd_ = -1, memfd_ = -1;
+	bool ok_ = false;
+	char *ring_ = nullptr;
+	io_uring_sqe *sqes_ = nullptr;
+	size_t sq_len_ = 0, cq_len_ = 0, sqes_len_ = 0;
+	unsigned *sq_tail_ = nullptr, *sq_array_ = nullptr, *cq_head_ = nullptr,
+		 *cq_tail_ = nullptr;
+	unsigned sq_mask_ = 0, cq_mask_ = 0;
+	io_uring_cqe *cqes_ = nullptr;
+	void *addr_ = nullptr;
+	size_t len_ = 0;
+};
+
+// AnonHugePages/Private_Hugetlb (kB) of the mapping containing addr, from
+// /proc/self/smaps; -1 if not found.
+inline long smaps_kb(const void *addr, const std::string &field)
+{
+	std::ifstream f("/proc/self/smaps");
+	std::string line;
+	const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+	bool in = false;
+	while (std::getline(f, line)) {
+		unsigned long lo, hi;
+		if (sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
+		    line.find(':') > line.find(' ')) {
+			in = a >= lo && a < hi;
+			continue;
+		}
+		if (in && line.compare(0, field.size() + 1, field + ":") == 0)
+			return std::stol(line.substr(field.size() + 1));
+	}
+	return -1;
 }
 
 // Slab/kernel memory in bytes from /proc/meminfo ("Slab:" etc.).

@@ -15,9 +15,11 @@
  * returned; when it moved, DRAIN tells it which registrations died.
  *
  * Every ioctl argument begins with __u32 size (set it to sizeof the struct)
- * and __u32 flags. Newer headers may append fields; the kernel accepts a
- * larger struct if the bytes it does not know are zero (else E2BIG), and a
- * smaller one down to the first version's size (else EINVAL).
+ * and __u32 flags. The command encodes the same size (_IOWR); the kernel
+ * decodes type, number, direction and size strictly (ENOTTY), and requires
+ * the size field to equal the command's size (EINVAL). Newer headers may
+ * append fields; the kernel accepts a larger struct if the bytes it does not
+ * know are zero (else E2BIG).
  *
  * See docs/kernel-abi.md and mrnotify(4) for the guarantees and errnos.
  */
@@ -28,7 +30,12 @@
 #include <linux/types.h>
 
 #define MRN_DEVICE_PATH		"/dev/mrnotify"
-#define MRN_ABI_VERSION		1
+/*
+ * 2: the final form of the first ABI (ioctl magic 0xB9, 63-bit ids never
+ * reused, per-user limits, counters in debugfs). 1 was the development ABI
+ * (magic 0xB7); the *_SIZE_VER1 sizes name the first layout of each struct.
+ */
+#define MRN_ABI_VERSION		2
 
 /*
  * The status page: mmap(NULL, page size, PROT_READ, MAP_SHARED, fd, 0).
@@ -52,7 +59,11 @@ struct mrn_register {
 	__aligned_u64 addr;		/* in: start of the range (any alignment) */
 	__aligned_u64 length;		/* in: bytes, > 0 */
 	__aligned_u64 cookie;		/* in: returned by DRAIN, never interpreted */
-	__aligned_u64 id;		/* out: handle for UNREGISTER; never 0 */
+	/*
+	 * out: handle for UNREGISTER, valid when REGISTER returns 0: 1, 2, 3...
+	 * in the order REGISTER calls began, never reused by the context.
+	 */
+	__aligned_u64 id;
 };
 #define MRN_REGISTER_SIZE_VER1	40
 
@@ -79,9 +90,10 @@ struct mrn_dirty_entry {
 #define MRN_DIRTY_ENTRY_SIZE_VER1	32
 
 /*
- * MRN_IOC_DRAIN: take up to capacity dirty registrations, oldest first.
- * Each drained registration is released by the kernel: its id is gone and
- * it is reported exactly once. On EFAULT nothing is taken.
+ * MRN_IOC_DRAIN: take up to capacity (at most MRN_DRAIN_MAX_BATCH) dirty
+ * registrations, in increasing id order. Each drained registration is
+ * released by the kernel: its id is stale and it is reported exactly once.
+ * On EFAULT nothing is taken.
  */
 struct mrn_drain {
 	__u32 size;		/* in: sizeof(struct mrn_drain) */
@@ -96,22 +108,13 @@ struct mrn_drain {
 #define MRN_DRAIN_SIZE_VER1	40
 /* More registrations were dirty than fitted; call DRAIN again. */
 #define MRN_DRAIN_MORE		(1U << 0)
+/* The most entries one DRAIN call writes, whatever the capacity. */
+#define MRN_DRAIN_MAX_BATCH	1024
 
-/* Indexes of mrn_query.callbacks: the kernel's reason for a callback. */
-enum mrn_event {
-	MRN_EV_UNMAP = 0,		/* munmap, mremap, exit's unmap */
-	MRN_EV_CLEAR,			/* zap: madvise, truncate, COW, reclaim */
-	MRN_EV_PROTECTION_VMA,		/* mprotect, NUMA hinting: ignored */
-	MRN_EV_PROTECTION_PAGE,		/* fork write-protect, mkclean: ignored */
-	MRN_EV_SOFT_DIRTY,		/* clear_refs: ignored */
-	MRN_EV_RELEASE,			/* the address space is torn down */
-	MRN_EV_MIGRATE,			/* device migration */
-	MRN_EV_EXCLUSIVE,		/* device exclusive access */
-	MRN_EV_OTHER,			/* reasons newer than this header */
-	MRN_EV_SLOTS = 16		/* size of the array */
-};
-
-/* MRN_IOC_QUERY: limits and statistics of this context. */
+/*
+ * MRN_IOC_QUERY: limits and state of this context. Per-reason counters are
+ * kernel internals: see /sys/kernel/debug/mrnotify/ (docs/kernel-abi.md).
+ */
 struct mrn_query {
 	__u32 size;		/* in: sizeof(struct mrn_query) */
 	__u32 flags;		/* in: none defined, must be 0 */
@@ -121,21 +124,19 @@ struct mrn_query {
 	__aligned_u64 registrations;	/* live registrations */
 	__aligned_u64 dirty;		/* dirty registrations not yet drained */
 	__aligned_u64 generation;	/* same value as the status page */
-	__aligned_u64 invalidated;	/* registrations that became dirty */
-	__aligned_u64 already_dirty;	/* invalidating callbacks on a dirty one */
-	__aligned_u64 ignored;		/* callbacks ignored (protection changes) */
-	__aligned_u64 drained;		/* entries reported by DRAIN */
-	__aligned_u64 unregistered_dirty;/* UNREGISTERs that returned WAS_DIRTY */
-	__aligned_u64 callbacks[MRN_EV_SLOTS];	/* notifier callbacks, by mrn_event */
+	/* per-user cap across contexts (ENOSPC beyond it) */
+	__aligned_u64 max_user_registrations;
+	/* live registrations of the opener's user, all contexts */
+	__aligned_u64 user_registrations;
 };
-#define MRN_QUERY_SIZE_VER1	(88 + 8 * MRN_EV_SLOTS)
+#define MRN_QUERY_SIZE_VER1	64
 
-#define MRN_IOC_MAGIC		0xB7
 /*
- * The kernel decodes the command without its size bits: the size field of
- * the struct is what counts, so a program built with a newer (larger) struct
- * still reaches an older module.
+ * 0xB9 is unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst
+ * up to Linux 6.12 (0xB7: nsfs, remoteproc_cdev; 0xB8: mshv, mrvl_cn10k_dpi).
+ * Numbers 1-4 are used; the size bits are sizeof the struct.
  */
+#define MRN_IOC_MAGIC		0xB9
 #define MRN_IOC_REGISTER	_IOWR(MRN_IOC_MAGIC, 1, struct mrn_register)
 #define MRN_IOC_UNREGISTER	_IOWR(MRN_IOC_MAGIC, 2, struct mrn_unregister)
 #define MRN_IOC_DRAIN		_IOWR(MRN_IOC_MAGIC, 3, struct mrn_drain)
