@@ -352,6 +352,14 @@ static bool mrn_invalidate(struct mmu_interval_notifier *mni,
 	slot = mrn_event_slot(range->event, &invalidates);
 
 	xa_lock(&ctx->regs);
+#ifdef MRN_NEGATIVE_CONTROL_MIGHT_SLEEP
+	/*
+	 * Only in the debug-kernel lane's negative control build: a sleep
+	 * under the spinlock, which that kernel must report and Debian's
+	 * cannot.
+	 */
+	might_sleep();
+#endif
 	/* Keeps mmu_interval_read_begin() on this notifier well defined. */
 	mmu_interval_set_seq(mni, cur_seq);
 	if (!invalidates) {

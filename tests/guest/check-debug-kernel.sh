@@ -9,7 +9,9 @@
 #  - the race fuzzer (tests/kernel/mrn_race_fuzz), MRNOTIFY_FUZZ_OPS
 #    operations (default 200000; the acceptance run is 1000000);
 #  - trinity aimed at /dev/mrnotify (ioctl, mmap and friends on it);
-#  - the fuzzer again with failslab failing the module's allocations.
+#  - the fuzzer again with failslab failing the module's allocations;
+#  - a negative control: a module built to sleep under its notifier's
+#    spinlock must be reported (kernel-results-debug-control).
 # Pass: every program passes and the kernel log has no lockdep, KASAN,
 # KFENCE, BUG or WARNING report (run-in-guest.sh checks it).
 #
@@ -92,6 +94,31 @@ nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" 
 	"${commands[@]}"
 rc=$?
 echo "$prog: guest $(($(date +%s) - t0)) s"
+# The negative control: the same module with a sleep under its notifier's
+# spinlock (MRN_NEGATIVE_CONTROL_MIGHT_SLEEP), which this kernel must report
+# (Debian's cannot: it has no DEBUG_ATOMIC_SLEEP). A lane that stays quiet
+# here could not catch anything.
+ctl=$builddir/tests/kernel-results-debug-control
+rm -rf "$ctl" && mkdir -p "$ctl" || exit 2
+cout=$builddir/kernel/debug-control
+rm -rf "$cout" && cp -r "$out" "$cout" && rm -f "$cout"/*.ko "$cout"/*.o || exit 2
+if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_MIGHT_SLEEP" \
+	modules >"$ctl/build.log" 2>&1; then
+	nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
+		--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" \
+		--kernel-build "$DEBUG_BUILD" --module "$cout/mrnotify.ko" --cwd "$t" \
+		--bind "$srcdir" --bind "$builddir" --timeout 900 --quiet --results "$ctl/guest" \
+		'kernel/mrn_race_fuzz --ops 2000 --threads 2' >"$ctl/guest.log" 2>&1
+	if grep -q 'sleeping function called from invalid context' "$ctl/guest/dmesg.txt" 2>/dev/null; then
+		echo "kernel-debug-control: 1 passed, 0 failed (a sleep under the notifier's spinlock is reported)"
+	else
+		echo "kernel-debug-control: 0 passed, 1 failed (a sleep under the notifier's spinlock went unreported: $ctl)"
+	fi
+else
+	echo "kernel-debug-control: 0 passed, 1 failed (the control module did not build: $ctl/build.log)"
+fi | tee "$ctl/status.log"
+grep -q ' 1 passed' "$ctl/status.log" || rc=1
+
 # The kernel log is what the lane is for: one test of its own in the
 # summary, failed on any report even when every program passed.
 case "$(cat "$res/kernel-log" 2>/dev/null)" in
