@@ -5,7 +5,8 @@
  * (which misses raw system calls, static binaries and several language
  * runtimes, and which, once turned off, silently turns UCX's caches off).
  *
- * Loaded with LD_PRELOAD (see mrnotify-ucx-run), for UCX 1.13.x only:
+ * Loaded with LD_PRELOAD (see mrnotify-ucx-run), for the UCX 1.13 to 1.18
+ * it was built for (the running UCX's major.minor must be the headers'):
  *
  *  - At load it only registers its settings: a site may preload it into
  *    every program, most of which never use UCX, and none of them may fail
@@ -33,6 +34,20 @@
  *    never touch the arguments, so that when the plugin is not active (say,
  *    another UCX, whose ucs_rcache_get has 7 arguments from 1.17 on) any
  *    signature passes through unchanged.
+ *  - From UCX 1.14 on, UCP looks its own cache up inline (ucp_memh_get():
+ *    ucs_rcache_lookup_unsafe()), and only misses call ucs_rcache_get(). The
+ *    plugin then also interposes UCP's public functions that can look up a
+ *    registration (the tag, stream, active-message, RMA and atomic calls,
+ *    ucp_mem_map, ucp_memh_pack, ucp_rkey_pack) and ucp_worker_progress(),
+ *    where posted requests register their buffers later (rendezvous). Each
+ *    is an x86-64 trampoline with the same compare, that drains before it
+ *    jumps to UCX's function: the dead ranges become ucm_vm_munmap(), which
+ *    queues them on UCP's cache (it asks for synchronous events), and an
+ *    inline lookup with a queue pending misses and calls ucs_rcache_get(),
+ *    which applies the queue first. UCT's own caches (xpmem, gdr_copy, rocm;
+ *    the IB domain's until 1.15) still look up by calling ucs_rcache_get().
+ *    Programs that register through UCT's API bypass the entry points and
+ *    are covered only where UCT's lookups are calls (docs/ucx.md).
  *  - It interposes ucm_test_external_events() so that callers that ask
  *    whether external VM_UNMAPPED events work (Open MPI with
  *    opal_common_ucx_opal_mem_hooks=1) get our self-test's answer instead of

@@ -55,11 +55,31 @@ PLUGIN="$run --enable=yes --stats"
 # UCM's hooks off and no plugin: caches exist only if something declares
 # the event external.
 NOHOOKS="env UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n"
+# The UCX the plugin runs (its minor version), which decides what can be
+# tested here.
+ucx_minor=$(env MRNOTIFY_UCX_PROBE=version LD_PRELOAD="$plugin" true 2>&1 |
+	sed -n 's/.*runs UCX 1\.\([0-9]*\)\..*/\1/p')
 # UCX over Soft-RoCE: UD (the wireup transport for RC) must not check the
 # destination GID, because rxe does not report the RoCE v2 packet type in
 # the completion's sl field and UCX then reads an IPv4 packet's header as a
 # GID and drops every packet (docs/ucx.md).
 RXE="env UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_VERBS_ETH_DGID_CHECK=n"
+# UCX >= 1.14 (protocols v2) moves data over rxe0 by copying through bounce
+# buffers unless told otherwise, which never reads the user's pages through
+# a registration: ask for zero-copy rendezvous, which is what the cases test.
+if [ "${ucx_minor:-0}" -ge 14 ]; then
+	RXE="$RXE UCX_RNDV_SCHEME=get_zcopy"
+fi
+# The IB memory domain's own cache (UCT): UCX 1.16 removed it, and there
+# uct_md_mem_reg() registers every time, which the case shows (it fails,
+# and names the gap, should a later UCX cache there again).
+if [ "${ucx_minor:-0}" -ge 16 ]; then
+	IB_CASES="cache.ib_md_caches_nothing_in_this_ucx|rxe|plugin|$PLUGIN $STALE --api=uct --unmap=raw --expect=uncached"
+else
+	IB_CASES="cache.ib_plugin_raw_syscalls|rxe|ranges|$PLUGIN $STALE --api=uct --unmap=raw --expect=fresh
+cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale
+cache.ib_ucx_hooks_and_plugin_raw_syscalls|rxe|ranges|$run --enable=yes --stats --keep-hooks $STALE --api=uct --unmap=raw --expect=fresh"
+fi
 TCP="env UCX_TLS=tcp,self UCX_PROTO_ENABLE=y"
 SHM="env UCX_TLS=posix,cma,self UCX_PROTO_ENABLE=y"
 
@@ -72,18 +92,6 @@ have_mpi() { command -v mpirun >/dev/null 2>&1 && [ -x "$MPI" ]; }
 #          invalidated a range) | ranges2 (two processes did) | inactive
 #          (every process's plugin inactive) | stat:TEXT (active, and the
 #          statistics line contains TEXT)
-# The IB memory domain's own cache (UCT): UCX 1.16 removed it, and there
-# uct_md_mem_reg() registers every time, which the case shows (it fails,
-# and names the gap, should a later UCX cache there again).
-ucx_minor=$(env MRNOTIFY_UCX_PROBE=version LD_PRELOAD="$plugin" true 2>&1 |
-	sed -n 's/.*runs UCX 1\.\([0-9]*\)\..*/\1/p')
-if [ "${ucx_minor:-0}" -ge 16 ]; then
-	IB_CASES="cache.ib_md_caches_nothing_in_this_ucx|rxe|plugin|$PLUGIN $STALE --api=uct --unmap=raw --expect=uncached"
-else
-	IB_CASES="cache.ib_plugin_raw_syscalls|rxe|ranges|$PLUGIN $STALE --api=uct --unmap=raw --expect=fresh
-cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale
-cache.ib_ucx_hooks_and_plugin_raw_syscalls|rxe|ranges|$run --enable=yes --stats --keep-hooks $STALE --api=uct --unmap=raw --expect=fresh"
-fi
 ALL_CASES="
 cache.ucp_plugin_libc|-|ranges|$PLUGIN $STALE --api=ucp --unmap=libc --expect=fresh
 cache.ucp_plugin_raw_syscalls|-|ranges|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh
