@@ -4,6 +4,7 @@
 
 extern "C" {
 #include <ucm/api/ucm.h>
+#include <ucp/api/ucp_version.h>
 #include <ucs/memory/rcache.h>
 }
 
@@ -23,19 +24,36 @@ struct UcsOps {
 		return UCS_OK;
 	}
 	static void dereg(void *, ucs_rcache_t *, ucs_rcache_region_t *) {}
+	// UCX 1.18 calls it, unchecked, for each region a new one absorbs.
+	static void merge(void *, ucs_rcache_t *, void *, ucs_rcache_region_t *) {}
 };
 
 namespace {
-ucs_rcache_ops_t ops = {UcsOps::reg, UcsOps::dereg, nullptr};
+// The ops gained merge in UCX 1.18; alignment moved from the params to
+// ucs_rcache_get() in 1.17.
+ucs_rcache_ops_t make_ops()
+{
+	ucs_rcache_ops_t o{};
+	o.mem_reg = UcsOps::reg;
+	o.mem_dereg = UcsOps::dereg;
+#if UCP_API_MINOR >= 18
+	o.merge = UcsOps::merge;
+#endif
+	return o;
 }
+ucs_rcache_ops_t ops = make_ops();
+const size_t page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+} // namespace
 
 UcsRcache::UcsRcache()
 {
 	ucs_rcache_params_t p{};
 	// The region plus an 8-byte payload, like ours.
 	p.region_struct_size = sizeof(ucs_rcache_region_t) + 8;
-	p.alignment = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-	p.max_alignment = p.alignment;
+#if UCP_API_MINOR < 17
+	p.alignment = page_size;
+	p.max_alignment = page_size;
+#endif
 	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
 	p.ucm_event_priority = 1000;
 	p.ops = &ops;
@@ -62,7 +80,14 @@ UcsRcache::~UcsRcache()
 ucs_rcache_region *UcsRcache::get(void *addr, size_t len)
 {
 	ucs_rcache_region_t *r = nullptr;
-	if (ucs_rcache_get(rcache_, addr, len, PROT_READ | PROT_WRITE, nullptr, &r) != UCS_OK)
+#if UCP_API_MINOR >= 17
+	const ucs_status_t st = ucs_rcache_get(rcache_, addr, len, page_size,
+					       PROT_READ | PROT_WRITE, nullptr, &r);
+#else
+	const ucs_status_t st = ucs_rcache_get(rcache_, addr, len, PROT_READ | PROT_WRITE, nullptr,
+					       &r);
+#endif
+	if (st != UCS_OK)
 		return nullptr;
 	return r;
 }

@@ -5,7 +5,8 @@
  * (which misses raw system calls, static binaries and several language
  * runtimes, and which, once turned off, silently turns UCX's caches off).
  *
- * Loaded with LD_PRELOAD (see mrnotify-ucx-run), for UCX 1.13.x only:
+ * Loaded with LD_PRELOAD (see mrnotify-ucx-run), for the UCX 1.13 to 1.18
+ * it was built for (the running UCX's major.minor must be the headers'):
  *
  *  - At load it only registers its settings: a site may preload it into
  *    every program, most of which never use UCX, and none of them may fail
@@ -33,6 +34,20 @@
  *    never touch the arguments, so that when the plugin is not active (say,
  *    another UCX, whose ucs_rcache_get has 7 arguments from 1.17 on) any
  *    signature passes through unchanged.
+ *  - From UCX 1.14 on, UCP looks its own cache up inline (ucp_memh_get():
+ *    ucs_rcache_lookup_unsafe()), and only misses call ucs_rcache_get(). The
+ *    plugin then also interposes UCP's public functions that can look up a
+ *    registration (the tag, stream, active-message, RMA and atomic calls,
+ *    ucp_mem_map, ucp_memh_pack, ucp_rkey_pack) and ucp_worker_progress(),
+ *    where posted requests register their buffers later (rendezvous). Each
+ *    is an x86-64 trampoline with the same compare, that drains before it
+ *    jumps to UCX's function: the dead ranges become ucm_vm_munmap(), which
+ *    queues them on UCP's cache (it asks for synchronous events), and an
+ *    inline lookup with a queue pending misses and calls ucs_rcache_get(),
+ *    which applies the queue first. UCT's own caches (xpmem, gdr_copy, rocm;
+ *    the IB domain's until 1.15) still look up by calling ucs_rcache_get().
+ *    Programs that register through UCT's API bypass the entry points and
+ *    are covered only where UCT's lookups are calls (docs/ucx.md).
  *  - It interposes ucm_test_external_events() so that callers that ask
  *    whether external VM_UNMAPPED events work (Open MPI with
  *    opal_common_ucx_opal_mem_hooks=1) get our self-test's answer instead of
@@ -73,13 +88,35 @@
 #include <unistd.h>
 
 /*
+ * One source, two designs, chosen from the UCX headers it is built against
+ * (docs/ucx.md):
+ *  - UCX 1.13: every lookup of every cache is a call to ucs_rcache_get(),
+ *    the one place the generation is checked.
+ *  - UCX 1.14 to 1.18: UCP's hits are inlined (ucs_rcache_lookup_unsafe()
+ *    in ucp_memh_get()) and never call ucs_rcache_get(); the generation is
+ *    also checked at each public UCP entry point that can look up a
+ *    registration (MRN_UCX_ENTRY_CHECKS).
  * The rcache params, ops and region layouts and the ucs_rcache_get()
- * signature changed in 1.14, 1.17 and 1.18, and from 1.14 on UCP's hits are
- * inlined and never call ucs_rcache_get(): building this file against
- * another UCX would compile, and silently miss lookups.
+ * signature changed in 1.14, 1.17 and 1.18: they are taken from the headers,
+ * and at run time the plugin is active only under the UCX major.minor it was
+ * built for (mrn_ucx_version_ok); under any other it passes every call on.
  */
-#if UCP_API_MAJOR != 1 || UCP_API_MINOR != 13
-#error "libmrnotify-ucx supports UCX 1.13.x only (it interposes ucs_rcache_*, whose ABI and call paths change with each minor release)"
+#if UCP_API_MAJOR != 1 || UCP_API_MINOR < 13 || UCP_API_MINOR > 18
+#error "libmrnotify-ucx supports UCX 1.13 to 1.18 (it interposes ucs_rcache_*, whose ABI and call paths change with each minor release)"
+#endif
+/* ucs_rcache_get() takes an alignment (1.17) and the ops a merge callback (1.18). */
+#define MRN_UCX_GET_HAS_ALIGNMENT (UCP_API_MINOR >= 17)
+#define MRN_UCX_OPS_HAVE_MERGE    (UCP_API_MINOR >= 18)
+/*
+ * UCP's inlined lookups (1.14 on) need the entry-point checks. The tests
+ * build a copy without them (-DMRN_UCX_ENTRY_CHECKS=0) as the negative
+ * control that shows what they catch; never a configuration to ship.
+ */
+#ifndef MRN_UCX_ENTRY_CHECKS
+#define MRN_UCX_ENTRY_CHECKS (UCP_API_MINOR >= 14)
+#endif
+#if MRN_UCX_ENTRY_CHECKS && !defined(__x86_64__)
+#error "libmrnotify-ucx: the UCP entry-point checks (UCX >= 1.14) are written for x86-64 only"
 #endif
 
 #define MRN_UCX_EXPORT __attribute__((visibility("default")))
@@ -124,8 +161,18 @@ UCS_CONFIG_DECLARE_TABLE(mrn_ucx_config_table, "mrnotify (kernel memory events)"
 typedef ucs_status_t (*mrn_ucx_create_fn)(const ucs_rcache_params_t *, const char *,
 					  ucs_stats_node_t *, ucs_rcache_t **);
 typedef void (*mrn_ucx_destroy_fn)(ucs_rcache_t *);
-typedef ucs_status_t (*mrn_ucx_get_fn)(ucs_rcache_t *, void *, size_t, int, void *,
-				       ucs_rcache_region_t **);
+#if MRN_UCX_GET_HAS_ALIGNMENT
+#define MRN_UCX_GET_PARAMS                                                                         \
+	ucs_rcache_t *rcache, void *address, size_t length, size_t alignment, int prot, void *arg, \
+		ucs_rcache_region_t **region_p
+#define MRN_UCX_GET_ARGS rcache, address, length, alignment, prot, arg, region_p
+#else
+#define MRN_UCX_GET_PARAMS                                                                         \
+	ucs_rcache_t *rcache, void *address, size_t length, int prot, void *arg,                   \
+		ucs_rcache_region_t **region_p
+#define MRN_UCX_GET_ARGS rcache, address, length, prot, arg, region_p
+#endif
+typedef ucs_status_t (*mrn_ucx_get_fn)(MRN_UCX_GET_PARAMS);
 typedef ucs_status_t (*mrn_ucx_test_fn)(int);
 typedef ucs_status_t (*mrn_ucx_init_fn)(unsigned, unsigned, const ucp_params_t *,
 					const ucp_config_t *, ucp_context_h *);
@@ -171,6 +218,7 @@ typedef struct mrn_ucx_slot {
 
 typedef struct mrn_ucx_stats {
 	uint64_t checks;          /* lookups that compared the generation */
+	uint64_t entry_checks;    /* UCP entry points that did (UCX >= 1.14) */
 	uint64_t drains;          /* generation moved: dirty list read */
 	uint64_t ranges;          /* ranges turned into ucm_vm_munmap() */
 	uint64_t watched;         /* regions whose range is watched */
@@ -490,24 +538,20 @@ static void __attribute__((noinline)) mrn_ucx_drain(void)
  * path needs no stack frame and ends in a jump to UCX's function. Reached
  * only when the plugin is active, i.e. on UCX 1.13, whose signature this is.
  */
-MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_after_drain(ucs_rcache_t *rcache, void *address,
-							size_t length, int prot, void *arg,
-							ucs_rcache_region_t **region_p)
+MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_after_drain(MRN_UCX_GET_PARAMS)
 {
 	mrn_ucx_drain();
-	return mrn_ucx_hot.real_get(rcache, address, length, prot, arg, region_p);
+	return mrn_ucx_hot.real_get(MRN_UCX_GET_ARGS);
 }
 
 /* The hit path with UCX_MRNOTIFY_STATS=y (set only when active, on 1.13). */
-MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_counted(ucs_rcache_t *rcache, void *address,
-						    size_t length, int prot, void *arg,
-						    ucs_rcache_region_t **region_p)
+MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_counted(MRN_UCX_GET_PARAMS)
 {
 	mrn_ucx_count(&mrn_ucx.stats.checks, 1);
 	if (MRN_UCX_UNLIKELY(__atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE) !=
 			     __atomic_load_n(&mrn_ucx_hot.seen, __ATOMIC_RELAXED)))
 		mrn_ucx_drain();
-	return mrn_ucx_hot.real_get(rcache, address, length, prot, arg, region_p);
+	return mrn_ucx_hot.real_get(MRN_UCX_GET_ARGS);
 }
 
 /*
@@ -691,9 +735,24 @@ static void mrn_ucx_dump_region(void *context, ucs_rcache_t *rcache, ucs_rcache_
 		snprintf(buf + n, max - n, " mrnotify_slot=%u", tr->slot);
 }
 
+#if MRN_UCX_OPS_HAVE_MERGE
+/* UCX 1.18 calls it, unchecked, for each region a new one absorbs. */
+static void mrn_ucx_merge(void *context, ucs_rcache_t *rcache, void *arg,
+			  ucs_rcache_region_t *region)
+{
+	mrn_ucx_rcache_t *rc = context;
+
+	if (rc->ops->merge != NULL)
+		rc->ops->merge(rc->context, rcache, arg, region);
+}
+#endif
+
 static const ucs_rcache_ops_t mrn_ucx_ops = {
 	.mem_reg = mrn_ucx_mem_reg,
 	.mem_dereg = mrn_ucx_mem_dereg,
+#if MRN_UCX_OPS_HAVE_MERGE
+	.merge = mrn_ucx_merge,
+#endif
 	.dump_region = mrn_ucx_dump_region,
 };
 
@@ -736,18 +795,161 @@ __asm__("	.pushsection .text\n"
 	"	.popsection\n");
 #else
 /* Elsewhere, C: signature-agnostic only as long as this compiles to a tail jump. */
-MRN_UCX_EXPORT ucs_status_t ucs_rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
-					   int prot, void *arg, ucs_rcache_region_t **region_p)
+MRN_UCX_EXPORT ucs_status_t ucs_rcache_get(MRN_UCX_GET_PARAMS)
 {
 	const volatile uint64_t *gen = __atomic_load_n(&mrn_ucx_hot.generation, __ATOMIC_ACQUIRE);
 
 	if (MRN_UCX_UNLIKELY(mrn_ucx_hot.count_checks))
-		return mrn_ucx_get_counted(rcache, address, length, prot, arg, region_p);
+		return mrn_ucx_get_counted(MRN_UCX_GET_ARGS);
 	if (MRN_UCX_UNLIKELY(__atomic_load_n(gen, __ATOMIC_ACQUIRE) !=
 			     __atomic_load_n(&mrn_ucx_hot.seen, __ATOMIC_RELAXED)))
-		return mrn_ucx_get_after_drain(rcache, address, length, prot, arg, region_p);
-	return mrn_ucx_hot.real_get(rcache, address, length, prot, arg, region_p);
+		return mrn_ucx_get_after_drain(MRN_UCX_GET_ARGS);
+	return mrn_ucx_hot.real_get(MRN_UCX_GET_ARGS);
 }
+#endif
+
+#if MRN_UCX_ENTRY_CHECKS
+/*
+ * UCX 1.14 and later: the public UCP functions that can look up a
+ * registration in UCP's cache, and ucp_worker_progress(), where the
+ * requests posted by them register their buffers later (rendezvous). From
+ * UCX 1.18's ucp.h and ucp_compat.h (the same names since 1.14). Each gets a
+ * trampoline that compares the generation and, when it moved, drains (every
+ * dead range becomes ucm_vm_munmap(), which queues it on UCP's cache, whose
+ * next lookup then misses and goes through ucs_rcache_get()) before it jumps
+ * to UCX's function.
+ */
+/* clang-format off */
+#define MRN_UCX_ENTRIES(X) \
+	X(ucp_tag_send_nb) \
+	X(ucp_tag_send_nbr) \
+	X(ucp_tag_send_sync_nb) \
+	X(ucp_tag_send_nbx) \
+	X(ucp_tag_send_sync_nbx) \
+	X(ucp_tag_recv_nb) \
+	X(ucp_tag_recv_nbr) \
+	X(ucp_tag_recv_nbx) \
+	X(ucp_tag_msg_recv_nb) \
+	X(ucp_tag_msg_recv_nbx) \
+	X(ucp_stream_send_nb) \
+	X(ucp_stream_send_nbx) \
+	X(ucp_stream_recv_nb) \
+	X(ucp_stream_recv_nbx) \
+	X(ucp_am_send_nb) \
+	X(ucp_am_send_nbx) \
+	X(ucp_am_recv_data_nbx) \
+	X(ucp_put) \
+	X(ucp_put_nb) \
+	X(ucp_put_nbi) \
+	X(ucp_put_nbx) \
+	X(ucp_get) \
+	X(ucp_get_nb) \
+	X(ucp_get_nbi) \
+	X(ucp_get_nbx) \
+	X(ucp_atomic_op_nbx) \
+	X(ucp_atomic_post) \
+	X(ucp_atomic_fetch_nb) \
+	X(ucp_atomic_add32) \
+	X(ucp_atomic_add64) \
+	X(ucp_atomic_fadd32) \
+	X(ucp_atomic_fadd64) \
+	X(ucp_atomic_swap32) \
+	X(ucp_atomic_swap64) \
+	X(ucp_atomic_cswap32) \
+	X(ucp_atomic_cswap64) \
+	X(ucp_mem_map) \
+	X(ucp_memh_pack) \
+	X(ucp_rkey_pack) \
+	X(ucp_worker_progress)
+/* clang-format on */
+
+/* UCX's functions; the trampolines jump through them. */
+#define MRN_UCX_ENTRY_REAL(name) __attribute__((visibility("hidden"))) void *mrn_ucx_real_##name;
+MRN_UCX_ENTRIES(MRN_UCX_ENTRY_REAL)
+
+static const struct mrn_ucx_entry {
+	const char *name;
+	void **real;
+} mrn_ucx_entries[] = {
+#define MRN_UCX_ENTRY_ROW(name) {#name, &mrn_ucx_real_##name},
+	MRN_UCX_ENTRIES(MRN_UCX_ENTRY_ROW)};
+
+/*
+ * A name this plugin exports that the running UCX lacks: the dynamic linker
+ * would have refused the program; say so instead of jumping to nothing.
+ */
+MRN_UCX_ASM_TARGET void mrn_ucx_entry_missing(void)
+{
+	fprintf(stderr,
+		"libmrnotify-ucx: the program calls a UCP function that this UCX "
+		"(%u.%u.%u) does not have\n",
+		mrn_ucx.version[0], mrn_ucx.version[1], mrn_ucx.version[2]);
+	abort();
+}
+
+/*
+ * Reached from a trampoline with the caller's arguments saved: the
+ * generation moved (or checks are counted). Drains, then the trampoline
+ * restores the arguments and jumps to UCX.
+ */
+MRN_UCX_ASM_TARGET void mrn_ucx_entry_slow(void)
+{
+	if (MRN_UCX_UNLIKELY(mrn_ucx_hot.count_checks))
+		mrn_ucx_count(&mrn_ucx.stats.entry_checks, 1);
+	if (__atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE) !=
+	    __atomic_load_n(&mrn_ucx_hot.seen, __ATOMIC_RELAXED))
+		mrn_ucx_drain();
+}
+
+/*
+ * The trampoline: the compare of ucs_rcache_get()'s hit path, then a jump.
+ * It never needs the signature: the slow path saves the six argument
+ * registers (and %rax, which keeps the stack 16-byte aligned at the call;
+ * none of these functions takes floating-point or variadic arguments), and
+ * every way out is a jump with the caller's stack as it was.
+ */
+#define MRN_UCX_ENTRY_ASM(name)                                                                    \
+	"	.globl	" #name "\n"                                                               \
+	"	.type	" #name ", @function\n"                                                    \
+	"	.p2align 4\n" #name ":\n"                                                          \
+	"	.cfi_startproc\n" MRN_UCX_ENDBR "	movq	mrn_ucx_hot(%rip), %r11\n"                  \
+	"	movq	(%r11), %r11\n"                                                                     \
+	"	cmpq	mrn_ucx_hot+8(%rip), %r11\n"                                                        \
+	"	jne	1f\n"                                                                                \
+	"	cmpl	$0, mrn_ucx_hot+24(%rip)\n"                                                         \
+	"	jne	1f\n"                                                                                \
+	"	jmp	*mrn_ucx_real_" #name "(%rip)\n"                                           \
+	"1:	pushq	%rdi\n	.cfi_adjust_cfa_offset 8\n"                                               \
+	"	pushq	%rsi\n	.cfi_adjust_cfa_offset 8\n"                                                 \
+	"	pushq	%rdx\n	.cfi_adjust_cfa_offset 8\n"                                                 \
+	"	pushq	%rcx\n	.cfi_adjust_cfa_offset 8\n"                                                 \
+	"	pushq	%r8\n	.cfi_adjust_cfa_offset 8\n"                                                  \
+	"	pushq	%r9\n	.cfi_adjust_cfa_offset 8\n"                                                  \
+	"	pushq	%rax\n	.cfi_adjust_cfa_offset 8\n"                                                 \
+	"	call	mrn_ucx_entry_slow\n"                                                               \
+	"	popq	%rax\n	.cfi_adjust_cfa_offset -8\n"                                                 \
+	"	popq	%r9\n	.cfi_adjust_cfa_offset -8\n"                                                  \
+	"	popq	%r8\n	.cfi_adjust_cfa_offset -8\n"                                                  \
+	"	popq	%rcx\n	.cfi_adjust_cfa_offset -8\n"                                                 \
+	"	popq	%rdx\n	.cfi_adjust_cfa_offset -8\n"                                                 \
+	"	popq	%rsi\n	.cfi_adjust_cfa_offset -8\n"                                                 \
+	"	popq	%rdi\n	.cfi_adjust_cfa_offset -8\n"                                                 \
+	"	jmp	*mrn_ucx_real_" #name "(%rip)\n"                                           \
+	"	.cfi_endproc\n"                                                                          \
+	"	.size	" #name ", .-" #name "\n"
+
+__asm__("	.pushsection .text\n" MRN_UCX_ENTRIES(MRN_UCX_ENTRY_ASM) "	.popsection\n");
+
+static void mrn_ucx_entries_resolve(void)
+{
+	for (size_t i = 0; i < sizeof(mrn_ucx_entries) / sizeof(mrn_ucx_entries[0]); i++) {
+		void *p = dlsym(RTLD_NEXT, mrn_ucx_entries[i].name);
+
+		*mrn_ucx_entries[i].real = p != NULL ? p : (void *)mrn_ucx_entry_missing;
+	}
+}
+#else
+static void mrn_ucx_entries_resolve(void) {}
 #endif
 
 MRN_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params, const char *name,
@@ -1034,8 +1236,13 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 	}
 
 	/* Parsing also marks our variables used (UCX warns at ucp_init). */
+#if UCP_API_MINOR >= 15
+	status = ucs_config_parser_fill_opts(&mrn_ucx.config,
+					     UCS_CONFIG_GET_TABLE(mrn_ucx_config_table), "UCX_", 0);
+#else
 	status = ucs_config_parser_fill_opts(&mrn_ucx.config, mrn_ucx_config_table, "UCX_",
 					     "MRNOTIFY_", 0);
+#endif
 	if (status != UCS_OK) {
 		/* Nothing to go by: fail UCP contexts, as yes would. */
 		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why),
@@ -1126,6 +1333,7 @@ __attribute__((constructor)) static void mrn_ucx_init(void)
 	mrn_ucx.real_test_external = (mrn_ucx_test_fn)mrn_ucx_resolve("ucm_test_external_events");
 	mrn_ucx.real_init = (mrn_ucx_init_fn)mrn_ucx_resolve("ucp_init_version");
 	mrn_ucx.real_set_handler = (mrn_ucx_set_handler_fn)mrn_ucx_resolve("ucm_set_event_handler");
+	mrn_ucx_entries_resolve();
 
 	/* A stable entry point in every UCX; nothing else is touched before. */
 	ucp_get_version(&mrn_ucx.version[0], &mrn_ucx.version[1], &mrn_ucx.version[2]);
@@ -1159,14 +1367,14 @@ __attribute__((destructor)) static void mrn_ucx_fini(void)
 	/* Only processes that used UCX: a preloaded `ls` says nothing. */
 	if (state != MRN_UCX_STATE_NEW && mrn_ucx.config_filled && mrn_ucx.config.stats) {
 		fprintf(stderr,
-			"libmrnotify-ucx: pid %d: %s, checks %" PRIu64 ", drains %" PRIu64
-			", ranges invalidated %" PRIu64 ", regions watched %" PRIu64
-			" (of them sharing a watch %" PRIu64 "; unwatched %" PRIu64
-			", watches dirty at removal %" PRIu64 "), watch failures %" PRIu64
-			", rcaches %" PRIu64 "%s%s\n",
+			"libmrnotify-ucx: pid %d: %s, checks %" PRIu64 ", entry checks %" PRIu64
+			", drains %" PRIu64 ", ranges invalidated %" PRIu64
+			", regions watched %" PRIu64 " (of them sharing a watch %" PRIu64
+			"; unwatched %" PRIu64 ", watches dirty at removal %" PRIu64
+			"), watch failures %" PRIu64 ", rcaches %" PRIu64 "%s%s\n",
 			(int)getpid(), state == MRN_UCX_STATE_ACTIVE ? "active" : "inactive",
-			s->checks, s->drains, s->ranges, s->watched, s->shared, s->unwatched,
-			s->unwatched_dirty, s->watch_failures, s->rcaches,
+			s->checks, s->entry_checks, s->drains, s->ranges, s->watched, s->shared,
+			s->unwatched, s->unwatched_dirty, s->watch_failures, s->rcaches,
 			state == MRN_UCX_STATE_ACTIVE ? "" : "; ",
 			state == MRN_UCX_STATE_ACTIVE ? ""
 			: state == MRN_UCX_STATE_OFF  ? "UCX_MRNOTIFY_ENABLE=no"

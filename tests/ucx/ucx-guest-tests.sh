@@ -8,7 +8,10 @@
 # summary format so that tools/test-summary.sh counts the cases.
 #
 # Usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR
-#                           [--bin DIR] [--list] GROUP|CASE...
+#                           [--noentry LIB] [--bin DIR] [--list] GROUP|CASE...
+# --noentry: UCX >= 1.14 only, the plugin built without its UCP entry-point
+# checks, which must miss UCP's inlined cache hits (the negative control of
+# those checks); its cases are listed only when it is given.
 # Groups: cache xfer smoke thp mpi bench (bench: figures, not pass/fail).
 # smoke: tcp and shared memory move data by virtual address and pin
 # nothing, so a stale registration cannot corrupt their data: these cases
@@ -19,12 +22,13 @@
 # the case needs it, that ranges the kernel reported were invalidated.
 set -u
 
-plugin= run= libdir= bin=$PWD/ucx list=no
+plugin= run= libdir= bin=$PWD/ucx list=no noentry=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--plugin) plugin=$2; shift ;;
 	--run) run=$2; shift ;;
 	--libdir) libdir=$2; shift ;;
+	--noentry) noentry=$2; shift ;;
 	--bin) bin=$2; shift ;;
 	--list) list=yes ;;
 	-*) echo "ucx-guest-tests.sh: unknown option $1" >&2; exit 2 ;;
@@ -51,11 +55,41 @@ PLUGIN="$run --enable=yes --stats"
 # UCM's hooks off and no plugin: caches exist only if something declares
 # the event external.
 NOHOOKS="env UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n"
+# The UCX the plugin runs (its minor version), which decides what can be
+# tested here.
+ucx_minor=$(env MRNOTIFY_UCX_PROBE=version LD_PRELOAD="$plugin" true 2>&1 |
+	sed -n 's/.*runs UCX 1\.\([0-9]*\)\..*/\1/p')
 # UCX over Soft-RoCE: UD (the wireup transport for RC) must not check the
 # destination GID, because rxe does not report the RoCE v2 packet type in
 # the completion's sl field and UCX then reads an IPv4 packet's header as a
 # GID and drops every packet (docs/ucx.md).
 RXE="env UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_VERBS_ETH_DGID_CHECK=n"
+# UCX >= 1.14 (protocols v2) moves data over rxe0 by copying through bounce
+# buffers unless told otherwise, which never reads the user's pages through
+# a registration: ask for zero-copy rendezvous, which is what the cases test.
+if [ "${ucx_minor:-0}" -ge 14 ]; then
+	RXE="$RXE UCX_RNDV_SCHEME=get_zcopy"
+fi
+# UCX 1.18.1 in an Open MPI 5.0.7 rank, with UCM's hooks off and VM_UNMAPPED
+# declared external (by the plugin, or blind), hangs in ucp_init on a lock
+# of libucm's while UCM's ROCm module patches relocations (with or without
+# the plugin's entry points; not in a plain UCP program): the MPI cases
+# leave UCX's ROCm modules out (docs/ucx.md).
+MPI_ENV=
+if [ "${ucx_minor:-0}" -ge 18 ]; then
+	MPI_ENV="-x UCX_MODULES=^rocm*"
+fi
+MPIRUN="mpirun --allow-run-as-root -np 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_NET_DEVICES=rxe0:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x LD_LIBRARY_PATH -x MRNOTIFY_UCX_PLUGIN $MPI_ENV"
+# The IB memory domain's own cache (UCT): UCX 1.16 removed it, and there
+# uct_md_mem_reg() registers every time, which the case shows (it fails,
+# and names the gap, should a later UCX cache there again).
+if [ "${ucx_minor:-0}" -ge 16 ]; then
+	IB_CASES="cache.ib_md_caches_nothing_in_this_ucx|rxe|plugin|$PLUGIN $STALE --api=uct --unmap=raw --expect=uncached"
+else
+	IB_CASES="cache.ib_plugin_raw_syscalls|rxe|ranges|$PLUGIN $STALE --api=uct --unmap=raw --expect=fresh
+cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale
+cache.ib_ucx_hooks_and_plugin_raw_syscalls|rxe|ranges|$run --enable=yes --stats --keep-hooks $STALE --api=uct --unmap=raw --expect=fresh"
+fi
 TCP="env UCX_TLS=tcp,self UCX_PROTO_ENABLE=y"
 SHM="env UCX_TLS=posix,cma,self UCX_PROTO_ENABLE=y"
 
@@ -78,9 +112,7 @@ cache.rcache_watch_once|-|stat:of them sharing a watch 2;|$PLUGIN $CASES --case=
 cache.rcache_failed_watch_drops_only_its_cache|-|plugin|$PLUGIN $CASES --case=failed-watch
 cache.rcache_drain_once_per_move|-|stat:drains 2,|$PLUGIN $CASES --case=drain-once
 cache.ucp_mem_events_n_plugin_says_inactive|-|inactive|env UCX_MEM_EVENTS=n $run --enable=try --stats $STALE --api=ucp --unmap=libc --expect=uncached
-cache.ib_plugin_raw_syscalls|rxe|ranges|$PLUGIN $STALE --api=uct --unmap=raw --expect=fresh
-cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale
-cache.ib_ucx_hooks_and_plugin_raw_syscalls|rxe|ranges|$run --enable=yes --stats --keep-hooks $STALE --api=uct --unmap=raw --expect=fresh
+$IB_CASES
 xfer.rc_put_dst_blind_corrupts|rxe|-|$RXE $NOHOOKS $XFER --op=put --remap=dst --expect=corrupt --declare-external
 xfer.rc_put_dst_plugin|rxe|ranges|$RXE $PLUGIN $XFER --op=put --remap=dst --expect=correct
 xfer.rc_tag_both_raw_blind_corrupts|rxe|-|$RXE $NOHOOKS $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=corrupt --declare-external
@@ -89,9 +121,23 @@ smoke.tcp_put_dst_raw_plugin|-|ranges|$TCP $PLUGIN $XFER --op=put --remap=dst --
 smoke.tcp_tag_both_raw_plugin|-|ranges|$TCP $PLUGIN $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
 smoke.shm_tag_both_raw_plugin|-|ranges|$SHM $PLUGIN $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
 thp.pingpong_plugin_hits_as_stock|rxe|-|$RXE sh $here/ucx-thp.sh $PLUGIN -- $THP --passes=4
-mpi.pml_ucx_rc_plugin|mpi|ranges2|mpirun --allow-run-as-root -np 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_NET_DEVICES=rxe0:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x LD_LIBRARY_PATH -x MRNOTIFY_UCX_PLUGIN $PLUGIN $MPI --expect=correct
+mpi.pml_ucx_rc_plugin|mpi|ranges2|$MPIRUN $PLUGIN $MPI --expect=correct
 bench.rcache_hit|-|-|$run --enable=yes $BENCH --regions=1,1024,65536
 "
+# UCX >= 1.14: the same plugin without the UCP entry-point checks is active
+# (it watches, drains at ucs_rcache_get) and still hands out stale
+# registrations: UCP's cache hits never call ucs_rcache_get. With them, the
+# MPI case of stock UCX (its hooks on, no plugin), which misses the raw
+# system calls (run here on 1.18.1 only).
+if [ -n "$noentry" ]; then
+	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
+	ALL_CASES="$ALL_CASES
+cache.ucp_no_entry_checks_shows_stale_hit|rxe|plugin|$NOENTRY $STALE --api=ucp --unmap=raw --expect=stale
+xfer.rc_put_dst_no_entry_checks_corrupts|rxe|plugin|$RXE $NOENTRY $XFER --op=put --remap=dst --unmap=raw --expect=corrupt
+mpi.pml_ucx_rc_no_entry_checks_corrupts|mpi|plugin|$MPIRUN $NOENTRY $MPI --expect=corrupt
+mpi.pml_ucx_rc_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $MPI --expect=corrupt
+"
+fi
 
 if [ $list = yes ]; then
 	echo "$ALL_CASES" | sed -n 's/^\([^|]*\)|.*/\1/p'

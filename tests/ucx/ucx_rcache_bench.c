@@ -18,6 +18,8 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
+#include "ucx_rcache_compat.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdint.h>
@@ -28,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef ucs_status_t (*get_fn)(ucs_rcache_t *, void *, size_t, int, void *, ucs_rcache_region_t **);
+typedef mrn_rcache_get_fn get_fn;
 
 static ucs_status_t reg_nothing(void *context, ucs_rcache_t *rcache, void *arg,
 				ucs_rcache_region_t *region, uint16_t flags)
@@ -43,9 +45,7 @@ static void dereg_nothing(void *context, ucs_rcache_t *rcache, ucs_rcache_region
 }
 
 static const ucs_rcache_ops_t ops = {
-	.mem_reg = reg_nothing,
-	.mem_dereg = dereg_nothing,
-};
+	.mem_reg = reg_nothing, .mem_dereg = dereg_nothing, MRN_RCACHE_OPS_MERGE};
 
 static double now_ns(void)
 {
@@ -76,8 +76,8 @@ static double run(get_fn get, ucs_rcache_t *rc, char *buf, size_t page, const ui
 	const double t0 = now_ns();
 
 	for (size_t i = 0; i < hits; i++) {
-		if (get(rc, buf + (size_t)idx[i] * page + 64, 128, PROT_READ | PROT_WRITE, NULL,
-			&r) != UCS_OK)
+		if (MRN_RCACHE_GET(get, rc, buf + (size_t)idx[i] * page + 64, 128,
+				   PROT_READ | PROT_WRITE, NULL, &r) != UCS_OK)
 			die("ucs_rcache_get failed");
 		ucs_rcache_region_put(rc, r);
 	}
@@ -138,8 +138,6 @@ int main(int argc, char **argv)
 
 		ucs_rcache_params_t p = {
 			.region_struct_size = sizeof(ucs_rcache_region_t),
-			.alignment = UCS_RCACHE_MIN_ALIGNMENT,
-			.max_alignment = page,
 			.ucm_events = UCM_EVENT_VM_UNMAPPED,
 			.ucm_event_priority = 1000,
 			.ops = &ops,
@@ -150,8 +148,11 @@ int main(int argc, char **argv)
 			.max_unreleased = SIZE_MAX,
 		};
 		ucs_rcache_t *rc;
-		char *buf = mmap(NULL, n * page, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		char *buf;
+
+		MRN_RCACHE_PARAMS_ALIGN(&p, UCS_RCACHE_MIN_ALIGNMENT, page);
+		buf = mmap(NULL, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			   0);
 		uint32_t *idx = malloc(hits * sizeof(*idx));
 		double *t_plain = calloc(reps, sizeof(double)),
 		       *t_int = calloc(reps, sizeof(double));
@@ -168,8 +169,8 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < n; i++) {
 			ucs_rcache_region_t *r;
 
-			if (ucs_rcache_get(rc, buf + i * page, page, PROT_READ | PROT_WRITE, NULL,
-					   &r) != UCS_OK)
+			if (MRN_RCACHE_GET(ucs_rcache_get, rc, buf + i * page, page,
+					   PROT_READ | PROT_WRITE, NULL, &r) != UCS_OK)
 				die("registration failed");
 			ucs_rcache_region_put(rc, r);
 		}

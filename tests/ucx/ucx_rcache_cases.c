@@ -26,6 +26,8 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
+#include "ucx_rcache_compat.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -64,9 +66,7 @@ static void dereg_nothing(void *context, ucs_rcache_t *rcache, ucs_rcache_region
 }
 
 static const ucs_rcache_ops_t ops = {
-	.mem_reg = count_reg,
-	.mem_dereg = dereg_nothing,
-};
+	.mem_reg = count_reg, .mem_dereg = dereg_nothing, MRN_RCACHE_OPS_MERGE};
 
 static void die(const char *what, const char *detail)
 {
@@ -83,8 +83,7 @@ static ucs_rcache_t *make_cache(counting_t *c)
 
 	memset(&p, 0, sizeof(p));
 	p.region_struct_size = sizeof(ucs_rcache_region_t);
-	p.alignment = 16;
-	p.max_alignment = page;
+	MRN_RCACHE_PARAMS_ALIGN(&p, 16, page);
 	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
 	p.ucm_event_priority = 1000;
 	p.ops = &ops;
@@ -103,7 +102,8 @@ static ucs_rcache_t *make_cache(counting_t *c)
 static void use(ucs_rcache_t *rc, void *p, size_t len)
 {
 	ucs_rcache_region_t *r;
-	ucs_status_t st = ucs_rcache_get(rc, p, len, PROT_READ | PROT_WRITE, NULL, &r);
+	ucs_status_t st = MRN_RCACHE_GET(ucs_rcache_get, rc, p, len, PROT_READ | PROT_WRITE, NULL,
+					 &r);
 
 	if (st != UCS_OK)
 		die("ucs_rcache_get", ucs_status_string(st));
