@@ -8,8 +8,7 @@
 # Debian 13's kernel with that root over 9p.
 #
 # Usage: check-debian13.sh --srcdir DIR --builddir DIR [-- CONFIGURE-ARGS...]
-# The tree is configured in BUILDDIR/debian13 with --enable-werror
-# --without-ucx (the UCX plugin does not build against UCX 1.18 yet) and
+# The tree is configured in BUILDDIR/debian13 with --enable-werror and
 # CONFIGURE-ARGS. Results, read by tools/test-summary.sh:
 #   BUILDDIR/debian13/tests/**/*.log     make check's logs
 #   BUILDDIR/debian13/guest-results/     N.out / N.rc per guest command
@@ -67,7 +66,7 @@ in_root() { # CMD...: run in the Debian 13 chroot, in $b
 	(cd "$b" && nice "$stacks" run 6.12 --bind "$srcdir" --bind "$STACK_OMPI_SOURCE" "$@")
 }
 if [ ! -f "$b/Makefile" ] || [ "$srcdir/configure" -nt "$b/config.status" ]; then
-	in_root "$srcdir/configure" --enable-werror --without-ucx \
+	in_root "$srcdir/configure" --enable-werror \
 		--with-ompi-source="$STACK_OMPI_SOURCE" \
 		--with-kernel-build="/usr/src/linux-headers-$STACK_RELEASE" \
 		--with-kernel-image="/boot/vmlinuz-$STACK_RELEASE" "$@" >"$b/configure.log" 2>&1 || {
