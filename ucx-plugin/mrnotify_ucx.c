@@ -1366,7 +1366,13 @@ __attribute__((destructor)) static void mrn_ucx_fini(void)
 
 	/* Only processes that used UCX: a preloaded `ls` says nothing. */
 	if (state != MRN_UCX_STATE_NEW && mrn_ucx.config_filled && mrn_ucx.config.stats) {
-		fprintf(stderr,
+		/*
+		 * One write(2): the ranks of a job share one stderr, and an
+		 * unbuffered fprintf writes in pieces that interleave.
+		 */
+		char line[1024];
+		int n = snprintf(
+			line, sizeof(line),
 			"libmrnotify-ucx: pid %d: %s, checks %" PRIu64 ", entry checks %" PRIu64
 			", drains %" PRIu64 ", ranges invalidated %" PRIu64
 			", regions watched %" PRIu64 " (of them sharing a watch %" PRIu64
@@ -1379,6 +1385,16 @@ __attribute__((destructor)) static void mrn_ucx_fini(void)
 			state == MRN_UCX_STATE_ACTIVE ? ""
 			: state == MRN_UCX_STATE_OFF  ? "UCX_MRNOTIFY_ENABLE=no"
 						      : mrn_ucx.why);
+
+		if (n > 0) {
+			if ((size_t)n >= sizeof(line)) {
+				n = sizeof(line) - 1;
+				line[n - 1] = '\n';
+			}
+			if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+				/* Nothing to do about it at exit. */
+			}
+		}
 	}
 	if (mrn_ucx.table_added)
 		UCS_CONFIG_REMOVE_TABLE(mrn_ucx_config_table);
