@@ -68,7 +68,7 @@ make_root() {
 		# environment-modules, unpacked: it runs from anywhere with the
 		# root's tclsh (modulecmd.tcl finds its files relative to itself).
 		rm -rf "$envm" && mkdir -p "$envm/deb" || return 1
-		(cd "$envm/deb" && apt-get download -q environment-modules >/dev/null) || return 3
+		(cd "$envm/deb" && apt-get download -q -o APT::Sandbox::User=root environment-modules >/dev/null) || return 3
 		dpkg-deb -x "$envm"/deb/environment-modules_*.deb "$envm/root" || return 1
 		: >"$envm/.complete"
 	fi
