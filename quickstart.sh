@@ -9,7 +9,8 @@
 #                          (also under ThreadSanitizer and AddressSanitizer),
 #                          the guest tests (module + rxe), the module's own
 #                          tests on Debian 11's and 13's kernels, the
-#                          benchmarks, then distcheck
+#                          packages installed into a fresh Debian 12 root,
+#                          the benchmarks, then distcheck
 # Each does its own set-up: missing Debian packages, autogen, configure, make.
 # The build goes to _build/ (MRNOTIFY_BUILD_DIR overrides).
 set -u -o pipefail
@@ -26,6 +27,7 @@ packages=(
 	linux-headers-amd64 linux-image-amd64 kmod
 	qemu-system-x86 busybox-static cpio iproute2
 	mmdebstrap
+	dpkg-dev debhelper dh-dkms lintian chrpath git
 )
 
 say() { printf '\n== %s\n' "$*"; }
@@ -75,6 +77,10 @@ run_tests() {
 	# Their stacks are cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks};
 	# one that cannot be fetched is counted as skipped.
 	make check-kernels || status=1
+	say "the packages, installed into a fresh Debian 12 root and booted (make check-install)"
+	# The root is cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
+	# (tools/install-root.sh); docs/deploying.md lists what is checked.
+	make check-install || status=1
 	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
 	bench/cache_bench --quick || status=1
 	# The Open MPI component's hit path against grdma ran in make check
@@ -98,7 +104,9 @@ run_tests() {
 		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
 		"${mca_logs[@]}" \
 		tests/guest-results/[0-9]*.out \
-		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log || status=1
+		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \
+		tests/install-results/host.log tests/install-results/host-checks.log \
+		tests/install-results/guest/[0-9]*.out || status=1
 	return $status
 }
 
@@ -115,7 +123,7 @@ test)
 	run_tests
 	;;
 *)
-	sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
