@@ -34,7 +34,7 @@ say() { echo "$prog: $*" >&2; }
 # tested with (lmod is installed; environment-modules conflicts with it in
 # Debian, so its package is kept unpacked beside the root, see env_modules),
 # and what the guest's tests use.
-packages=dkms,build-essential,linux-image-amd64,linux-headers-amd64,kmod,udev,openmpi-bin,libopenmpi3,libucx0,ucx-utils,libibverbs1,ibverbs-providers,lmod,tcl8.6,procps,less,python3,iproute2,file
+packages=dkms,build-essential,linux-image-amd64,linux-headers-amd64,kmod,udev,mount,openmpi-bin,libopenmpi3,libucx0,ucx-utils,libibverbs1,ibverbs-providers,lmod,tcl8.6,procps,less,python3,iproute2,file
 
 mirror() {
 	if [ -n "${MRNOTIFY_MIRROR:-}" ]; then
@@ -49,19 +49,23 @@ mirror() {
 	echo "${m:-http://deb.debian.org/debian}"
 }
 
-ok() { [ -e "$root/.complete" ] && [ -e "$cache/bookworm-environment-modules/.complete" ]; }
+# A root made with another package list is made again.
+ok() {
+	[ -e "$root/.complete" ] && [ "$(cat "$root/.complete")" = "$packages" ] &&
+		[ -e "$cache/bookworm-environment-modules/.complete" ]
+}
 
 make_root() {
 	command -v mmdebstrap >/dev/null || { say "mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
 	mkdir -p "$cache" || return 1
 	local t0=$(date +%s) envm=$cache/bookworm-environment-modules
-	if [ ! -e "$root/.complete" ]; then
+	if [ ! -e "$root/.complete" ] || [ "$(cat "$root/.complete")" != "$packages" ]; then
 		rm -rf "$root.tmp"
 		# Built beside and renamed when complete: an interrupted run leaves
 		# no half root that looks usable.
 		nice mmdebstrap --quiet --variant=apt --include="$packages" bookworm \
 			"$root.tmp" "deb $(mirror) bookworm main" || { rm -rf "$root.tmp"; return 3; }
-		: >"$root.tmp/.complete"
+		echo "$packages" >"$root.tmp/.complete"
 		rm -rf "$root" && mv "$root.tmp" "$root" || return 1
 	fi
 	if [ ! -e "$envm/.complete" ]; then

@@ -103,8 +103,7 @@ build_debs() { # $1: version, $2: output folder
 			return 1
 		}
 		rm -rf "$debcache/$key" && mkdir -p "$debcache/$key" &&
-			mv "$work"/*.deb "$work"/*.changes "$debcache/$key/" &&
-			rm -f "$debcache/$key"/*-dbgsym_*.deb && : >"$debcache/$key/.complete"
+			mv "$work"/*.deb "$work"/*.changes "$debcache/$key/" && : >"$debcache/$key/.complete"
 		rm -rf "$work"
 	fi
 	rm -rf "$out" && mkdir -p "$out" && cp "$debcache/$key"/*.deb "$debcache/$key"/*.changes "$out/"
@@ -112,6 +111,19 @@ build_debs() { # $1: version, $2: output folder
 command -v git >/dev/null && git -C "$srcdir" rev-parse >/dev/null 2>&1 ||
 	{ skip "the install test builds packages from a git checkout"; finish; }
 command -v dpkg-buildpackage >/dev/null || { bad "dpkg-buildpackage is missing (dpkg-dev)"; finish; }
+# One version: debian/changelog must say configure.ac's. The control: a
+# copy whose AC_INIT says another version fails the check (and so the build).
+vcheck() { # $1: version to put in AC_INIT of a copy; prints check-version's status
+	local t
+	t=$(mktemp -d) && mkdir "$t/debian" &&
+		cp "$srcdir/configure.ac" "$t/" && cp "$srcdir/debian/changelog" "$srcdir/debian/check-version" "$t/debian/" &&
+		sed -i "s/^AC_INIT(\[mrnotify\], \[[^]]*\]/AC_INIT([mrnotify], [$1]/" "$t/configure.ac" &&
+		"$t/debian/check-version" 2>/dev/null
+	echo $?
+	rm -rf "$t"
+}
+logcheck "debian/changelog's version is configure.ac's ($v1)" [ "$(vcheck "$v1")" = 0 ]
+logcheck "control: another version in AC_INIT fails debian/check-version" [ "$(vcheck 99.0.0)" = 1 ]
 timed "dpkg-buildpackage $v1" build_debs "$v1" "$results/debs-$v1"
 logcheck "dpkg-buildpackage -us -uc -b ($v1)" test -e "$results/debs-$v1/mrnotify-dkms_${v1}_all.deb"
 timed "dpkg-buildpackage $v2" build_debs "$v2" "$results/debs-$v2"
@@ -149,7 +161,12 @@ in_root() { chroot "$r" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LAN
 # --- 3. install ---------------------------------------------------------------------
 
 mkdir -p "$r/var/tmp/mrn-debs" "$r/opt/mrn-test"
-cp -r "$results/debs-$v1" "$r/var/tmp/mrn-debs/old" && cp -r "$results/debs-$v2" "$r/var/tmp/mrn-debs/new"
+# Every package but the debug symbols.
+for v in old new; do
+	mkdir -p "$r/var/tmp/mrn-debs/$v"
+	d=$results/debs-$([ $v = old ] && echo "$v1" || echo "$v2")
+	find "$d" -name '*.deb' ! -name '*-dbgsym_*' -exec cp {} "$r/var/tmp/mrn-debs/$v/" \;
+done
 install_v1() { in_root sh -c 'DEBIAN_FRONTEND=noninteractive dpkg -i /var/tmp/mrn-debs/old/*.deb'; }
 timed "dpkg -i (DKMS builds the module for $rel)" install_v1 >"$results/install.log" 2>&1
 rc=$?

@@ -26,6 +26,9 @@ for _ in $(seq 300); do [ -e "$w/ready" ] && break; sleep 0.1; done
 check "the job holds /dev/mrnotify open and sees unmaps" test -e "$w/ready"
 echo "    /sys/module/mrnotify/refcnt: $(cat /sys/module/mrnotify/refcnt)"
 
+# Loaded from the chroot: the kernel's own request would run the
+# initramfs's modprobe, which has none.
+modprobe overlay
 for d in etc usr var; do
 	mkdir -p "$w/ov/$d/upper" "$w/ov/$d/work"
 	mount -t overlay overlay -o "lowerdir=/$d,upperdir=$w/ov/$d/upper,workdir=$w/ov/$d/work" "/$d" ||
