@@ -102,7 +102,7 @@ run_tests() {
 	mca_logs=("${mca_logs[@]/*test-suite.log/}")
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
 		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
-		"${mca_logs[@]}" \
+		"${mca_logs[@]}" tools/check/mrnotify-check.log \
 		tests/guest-results/[0-9]*.out \
 		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \
 		tests/install-results/host.log tests/install-results/host-checks.log \
