@@ -85,6 +85,11 @@ case "$cmd" in
 fetch)
 	ok && { say "cached in $root"; exit 0; }
 	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "not cached, MRNOTIFY_STACKS=skip"; exit 3; }
+	mkdir -p "$cache" || exit 1
+	# One maker at a time; a second caller waits and finds the root made.
+	exec 9>"$cache/.bookworm-install-root.lock"
+	flock 9
+	ok && { say "cached in $root"; exit 0; }
 	make_root
 	;;
 path)
