@@ -50,5 +50,27 @@ module load mrnotify 2>/dev/null
 ompi_info' >"$tmp/ompi_info" 2>&1
 check "without the device, ompi_info's grdma is Open MPI's own" \
 	sh -c "grep 'MCA rcache: grdma' '$tmp/ompi_info' | grep -vq 'Component v$(mrnotify-check --version | cut -d" " -f2)'"
+# The configuration examples: applied as their headers say, then undone
+# (this root is a throw-away overlay).
+ex=/usr/share/doc/mrnotify-tools/examples
+ours="Component v$(mrnotify-check --version | cut -d' ' -f2)"
+conf=/etc/openmpi/openmpi-mca-params.conf
+cp "$conf" "$tmp/mca-params.orig"
+grep -v '^#' "$ex/openmpi-mca-params.conf" >>"$conf"
+check "openmpi-mca-params.conf example: ompi_info's grdma is mrnotify's ($ours)" \
+	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -q '$ours'"
+check "... and mrnotify-check sees the shadow directory first" \
+	sh -c "mrnotify-check | grep -q '^  grdma_shadow_in_path: first'"
+cp "$tmp/mca-params.orig" "$conf"
+check "openmpi-mca-params.conf example undone: Open MPI's own grdma again" \
+	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -vq '$ours'"
+mkdir -p /etc/ucx
+cp "$ex/ucx.conf" /etc/ucx/ucx.conf
+ucx_info -c >"$tmp/ucx_c" 2>&1
+check "ucx.conf example: UCX reads it (UCX_MEM_MMAP_HOOK_MODE=none), no warning" \
+	sh -c "grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none' '$tmp/ucx_c' && ! grep -q 'UCX  *WARN' '$tmp/ucx_c'"
+rm /etc/ucx/ucx.conf
+check "ucx.conf example undone: UCX's default hooks again" \
+	sh -c "! ucx_info -c 2>&1 | grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none'"
 rm -rf "$tmp"
 summary host-checks
