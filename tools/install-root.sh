@@ -58,7 +58,8 @@ ok() {
 make_root() {
 	command -v mmdebstrap >/dev/null || { say "mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
 	mkdir -p "$cache" || return 1
-	local t0=$(date +%s) envm=$cache/bookworm-environment-modules
+	local t0 envm=$cache/bookworm-environment-modules
+	t0=$(date +%s)
 	if [ ! -e "$root/.complete" ] || [ "$(cat "$root/.complete")" != "$packages" ]; then
 		rm -rf "$root.tmp"
 		# Built beside and renamed when complete: an interrupted run leaves

@@ -36,7 +36,7 @@ timed() { # $1: label, rest: command
 	return $rc
 }
 
-srcdir= builddir=
+srcdir='' builddir=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
@@ -62,6 +62,7 @@ fi
 mount --make-rprivate /
 
 exec 3>>"$results/host.log"
+# shellcheck source=tests/install/lib.sh
 . "$here/lib.sh"
 logcheck() { # like check, into host.log too
 	local what=$1
@@ -102,7 +103,7 @@ build_debs() { # $1: version, $2: output folder
 			rm -rf "$work"
 			return 1
 		}
-		rm -rf "$debcache/$key" && mkdir -p "$debcache/$key" &&
+		rm -rf "${debcache:?}/$key" && mkdir -p "$debcache/$key" &&
 			mv "$work"/*.deb "$work"/*.changes "$debcache/$key/" && : >"$debcache/$key/.complete"
 		rm -rf "$work"
 	fi

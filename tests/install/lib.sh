@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Shared by the install test's scripts: one line per check, a count at the
 # end in the form tools/test-summary.sh reads ("NAME: N passed, N failed").

@@ -46,8 +46,8 @@ struct Paths {
 struct ModuleSysfs {
 	bool loaded = false;
 	std::map<std::string, std::string> values; // version, srcversion, max_registrations,
-		// contexts, registrations, ...
-	std::string stats_error; // why the usage counters are missing
+						   // contexts, registrations, ...
+	std::string stats_error;                   // why the usage counters are missing
 };
 ModuleSysfs read_module_sysfs(const std::string &sysfs_root);
 
