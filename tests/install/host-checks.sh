@@ -56,7 +56,8 @@ ex=/usr/share/doc/mrnotify-tools/examples
 ours="Component v$(mrnotify-check --version | cut -d' ' -f2)"
 conf=/etc/openmpi/openmpi-mca-params.conf
 cp "$conf" "$tmp/mca-params.orig"
-grep -v '^#' "$ex/openmpi-mca-params.conf" >>"$conf"
+# Debian's file has no final newline: start a line of our own.
+{ echo; grep -v '^#' "$ex/openmpi-mca-params.conf"; } >>"$conf"
 check "openmpi-mca-params.conf example: ompi_info's grdma is mrnotify's ($ours)" \
 	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -q '$ours'"
 check "... and mrnotify-check sees the shadow directory first" \
