@@ -11,6 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 version=$1 mpi_test=$2
 rel=$(uname -r)
 tmp=$(mktemp -d)
+# Open MPI's run-time (PMIx) needs a network interface; the guest has only lo.
+ip link set lo up
 
 # The module: loaded by name (modules-load.d does the same at boot), from
 # where DKMS installed it.

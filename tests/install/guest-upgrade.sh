@@ -18,6 +18,9 @@ old=$1 new=$2 debs=$3 holder=$4
 rel=$(uname -r)
 w=$(mktemp -d)
 
+# The guest's /dev is a bare devtmpfs; udev would make /dev/fd, which
+# DKMS's <(...) needs.
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
 modprobe mrnotify
 check "before: DKMS has $old installed for $rel" sh -c "dkms status mrnotify 2>/dev/null | grep -q '$old.*$rel.*installed'"
 "$holder" "$w/ready" "$w/stop" >"$w/holder.out" 2>&1 &
@@ -56,6 +59,11 @@ cat "$w/holder.out" | sed 's/^/    /'
 check "the job kept seeing every unmap through the upgrade (exit $rc)" [ $rc -eq 0 ]
 # Idle now: replace the module by the one DKMS built for $new.
 check "idle: modprobe -r mrnotify" modprobe -r mrnotify
-check "idle: modprobe mrnotify loads the module DKMS built for $new" modprobe mrnotify
+check "idle: modprobe mrnotify" modprobe mrnotify
+built=$(ls /var/lib/dkms/mrnotify/"$new"/"$rel"/*/module/mrnotify.ko* 2>/dev/null | head -n 1)
+loaded=$(modinfo -n mrnotify 2>/dev/null)
+echo "    DKMS built for $new: ${built:-(nothing)}; modprobe's file: ${loaded:-(none)}"
+check "idle: the module now loaded is the one DKMS built for $new" \
+	sh -c "[ -n '$built' ] && [ -n '$loaded' ] && cmp -s '$built' '$loaded'"
 check "idle: /dev/mrnotify is back" test -c /dev/mrnotify
 summary guest-upgrade
