@@ -133,7 +133,8 @@ timed "dpkg-buildpackage $v2" build_debs "$v2" "$results/debs-$v2"
 logcheck "dpkg-buildpackage -us -uc -b ($v2, for the upgrade)" test -e "$results/debs-$v2/mrnotify-dkms_${v2}_all.deb"
 [ $failed -eq 0 ] || finish
 if command -v lintian >/dev/null; then
-	timed "lintian" lintian --fail-on error,warning --pedantic -I "$results/debs-$v1"/*.changes \
+	# The binary packages (the .changes would want the .buildinfo too).
+	timed "lintian" lintian --fail-on error,warning --pedantic -I "$results/debs-$v1"/*.deb \
 		>"$results/lintian.log" 2>&1
 	rc=$?
 	sed 's/^/    lintian: /' "$results/lintian.log"
