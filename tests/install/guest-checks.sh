@@ -11,8 +11,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 version=$1 mpi_test=$2
 rel=$(uname -r)
 tmp=$(mktemp -d)
-# Open MPI's run-time (PMIx) needs a network interface; the guest has only lo.
+# Open MPI's run-time (PMIx) needs a network interface (the guest has only
+# lo) and a valid host name (the guest's is "(none)").
 ip link set lo up
+[ "$(hostname)" = "(none)" ] && hostname mrnguest
 
 # The module: loaded by name (modules-load.d does the same at boot), from
 # where DKMS installed it.
