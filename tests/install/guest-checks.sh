@@ -81,7 +81,9 @@ check "each rank's grdma is mrnotify's with the kernel monitor ($n of $NP)" [ "$
 [ $rc -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$tmp/ob1"
 
 # UCX's path: pml/ucx over shared memory, the plugin preloaded by the module.
+# pml/ucx only takes mlx* devices unless told (pml_ucx_tls, pml_ucx_devices).
 job "timeout 600 mpirun $root_opt --oversubscribe -np $NP --mca pml ucx --mca osc ^rdma \
+	--mca pml_ucx_tls any --mca pml_ucx_devices any \
 	-x UCX_TLS=posix,cma,self -x UCX_MRNOTIFY_STATS=y $mpi_test --iters 1 --no-osc" >"$tmp/ucx" 2>&1
 rc=$?
 grep 'libmrnotify-ucx' "$tmp/ucx" | sed 's/^/    /'
