@@ -10,7 +10,9 @@
 #                          the guest tests (module + rxe), the module's own
 #                          tests on Debian 11's and 13's kernels and on a
 #                          debug kernel, the whole project on Debian 13
-#                          (Open MPI 5.0.7), the benchmarks, then distcheck
+#                          (Open MPI 5.0.7), the packages installed into a
+#                          fresh Debian 12 root, the benchmarks, then
+#                          distcheck
 # Each does its own set-up: missing Debian packages, autogen, configure, make.
 # The build goes to _build/ (MRNOTIFY_BUILD_DIR overrides).
 set -u -o pipefail
@@ -28,6 +30,7 @@ packages=(
 	qemu-system-x86 busybox-static cpio iproute2
 	mmdebstrap trinity
 	linux-source-6.1 bc flex bison libelf-dev libssl-dev
+	dpkg-dev debhelper dh-dkms lintian chrpath git
 )
 
 say() { printf '\n== %s\n' "$*"; }
@@ -83,6 +86,10 @@ run_tests() {
 	# Run when the kernel is cached; MRNOTIFY_DEBUG_KERNEL=build builds it
 	# first (about 40 min on 2 cores); skipped otherwise.
 	make check-debug-kernel || status=1
+	say "the packages, installed into a fresh Debian 12 root and booted (make check-install)"
+	# The root is cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
+	# (tools/install-root.sh); docs/deploying.md lists what is checked.
+	make check-install || status=1
 	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
 	bench/cache_bench --quick || status=1
 	# The Open MPI component's hit path against grdma ran in make check
@@ -106,10 +113,12 @@ run_tests() {
 	d13_logs=("${d13_logs[@]/*test-suite.log/}")
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
 		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
-		"${mca_logs[@]}" \
+		"${mca_logs[@]}" tools/check/mrnotify-check.log \
 		tests/guest-results/[0-9]*.out \
 		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \
-		"${d13_logs[@]}" debian13/guest-results/[0-9]*.out debian13/status.log || status=1
+		"${d13_logs[@]}" debian13/guest-results/[0-9]*.out debian13/status.log \
+		tests/install-results/host.log tests/install-results/host-checks.log \
+		tests/install-results/guest/[0-9]*.out || status=1
 	return $status
 }
 
@@ -126,7 +135,7 @@ test)
 	run_tests
 	;;
 *)
-	sed -n '4,13p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,15p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

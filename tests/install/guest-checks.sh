@@ -1,0 +1,95 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# In the guest booted with the install root: everything comes from the
+# installed packages (the module DKMS built, the library, the component,
+# the plugin, mrnotify-check, the modulefiles); only the MPI test program
+# is the build tree's.
+#   guest-checks.sh VERSION MPI_TEST
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+version=$1 mpi_test=$2
+rel=$(uname -r)
+tmp=$(mktemp -d)
+# Open MPI's run-time (PMIx) needs a network interface (the guest has only
+# lo) and a valid host name (the guest's is "(none)").
+ip link set lo up
+[ "$(hostname)" = "(none)" ] && hostname mrnguest
+
+# The module: loaded by name (modules-load.d does the same at boot), from
+# where DKMS installed it.
+check "modprobe mrnotify (the module DKMS built for $rel)" modprobe mrnotify
+path=$(modinfo -n mrnotify 2>/dev/null)
+echo "    modinfo -n mrnotify: $path"
+check "the module comes from DKMS's directory" sh -c "case '$path' in /lib/modules/$rel/updates/dkms/mrnotify.ko*) true ;; *) false ;; esac"
+check "the modules-load.d entry names it" grep -qx mrnotify /usr/lib/modules-load.d/mrnotify.conf
+check "/dev/mrnotify is a character device, mode 0666" \
+	sh -c '[ -c /dev/mrnotify ] && [ "$(stat -c %a /dev/mrnotify)" = 666 ]'
+
+# mrnotify-check: module loaded, kernel monitor, component and plugin usable.
+mrnotify-check >"$tmp/check.txt" 2>&1
+rc=$?
+sed 's/^/    /' "$tmp/check.txt"
+check "mrnotify-check exits 0 with the module loaded (got $rc)" [ $rc -eq 0 ]
+check "mrnotify-check: loaded: yes" grep -q '^  loaded: yes' "$tmp/check.txt"
+check "mrnotify-check: a cache picks the kernel monitor" grep -q '^  picked: kernel' "$tmp/check.txt"
+check "mrnotify-check: the UCX plugin is supported here" grep -q '^  probe: .*: supported' "$tmp/check.txt"
+mrnotify-check --json >"$tmp/check.json"
+check "mrnotify-check --json: status ok, ABI of the running module" python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+d = r["sections"]["device"]["facts"]
+assert r["status"] == "ok" and r["exit_status"] == 0, r["status"]
+assert d["module_abi_version"] == d["header_abi_version"], d
+' "$tmp/check.json"
+
+# The modulefiles, with the device.
+bash "$here/modulefile-checks.sh" with
+m=$?
+check "modulefiles with the device (Lmod and environment-modules)" [ $m -eq 0 ]
+
+# Jobs after `module load mrnotify` (Lmod).
+job() {
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb bash --norc --noprofile -c "
+. /usr/share/lmod/lmod/init/bash
+module use /usr/share/modulefiles
+module load mrnotify
+$*"
+}
+job 'ompi_info' >"$tmp/ompi_info" 2>&1
+grep 'MCA rcache' "$tmp/ompi_info" | sed 's/^/    /'
+check "ompi_info: grdma is mrnotify's (Component v$version)" \
+	grep -qE "MCA rcache: grdma \(.*Component v$version\)" "$tmp/ompi_info"
+check "ompi_info: the mrnotify component is installed in Open MPI's directory" \
+	grep -qE "MCA rcache: mrnotify \(.*Component v$version\)" "$tmp/ompi_info"
+job 'mrnotify-check' >"$tmp/check2.txt" 2>&1
+check "mrnotify-check after module load: the shadow directory first" \
+	grep -q '^  grdma_shadow_in_path: first' "$tmp/check2.txt"
+
+NP=2
+root_opt=--allow-run-as-root
+# Open MPI's own path: ob1 + btl/ofi (libfabric's sockets provider), which
+# asks for "grdma" by name and gets ours from grdma-shadow.
+job "timeout 600 mpirun $root_opt --oversubscribe -np $NP --mca pml ob1 --mca btl self,ofi \
+	--mca btl_ofi_mode 2 --mca btl_ofi_provider_include sockets --mca osc ^rdma \
+	--mca rcache_grdma_verbose 1 $mpi_test --iters 1 --no-osc" >"$tmp/ob1" 2>&1
+rc=$?
+grep -E 'monitor|rank [0-9]* ok' "$tmp/ob1" | head -n 6 | sed 's/^/    /'
+check "mpirun over btl/ofi after module load exits 0 (got $rc)" [ $rc -eq 0 ]
+n=$(grep -c 'monitor kernel' "$tmp/ob1")
+check "each rank's grdma is mrnotify's with the kernel monitor ($n of $NP)" [ "$n" -ge $NP ]
+[ $rc -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$tmp/ob1"
+
+# UCX's path: pml/ucx over shared memory, the plugin preloaded by the module.
+# pml/ucx only takes mlx* devices unless told (pml_ucx_tls, pml_ucx_devices).
+job "timeout 600 mpirun $root_opt --oversubscribe -np $NP --mca pml ucx --mca osc ^rdma \
+	--mca pml_ucx_tls any --mca pml_ucx_devices any \
+	-x UCX_TLS=posix,cma,self -x UCX_MRNOTIFY_STATS=y $mpi_test --iters 1 --no-osc" >"$tmp/ucx" 2>&1
+rc=$?
+grep 'libmrnotify-ucx' "$tmp/ucx" | sed 's/^/    /'
+check "mpirun over pml/ucx after module load exits 0 (got $rc)" [ $rc -eq 0 ]
+n=$(grep -c 'libmrnotify-ucx: pid [0-9]*: active' "$tmp/ucx")
+check "each rank's UCX plugin reports itself active ($n of $NP)" [ "$n" -ge $NP ]
+[ $rc -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$tmp/ucx"
+rm -rf "$tmp"
+summary guest-checks

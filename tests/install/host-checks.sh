@@ -1,0 +1,77 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# In a chroot of the install root on the host, which has no /dev/mrnotify
+# (its kernel cannot load modules): what a node without the module sees.
+#   host-checks.sh (from the directory holding the install test's scripts)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+tmp=$(mktemp -d)
+
+mrnotify-check >"$tmp/check.txt" 2>&1
+rc=$?
+sed 's/^/    /' "$tmp/check.txt"
+check "mrnotify-check exits 1 without the module (got $rc)" [ $rc -eq 1 ]
+check "mrnotify-check: loaded: no" grep -q '^  loaded: no' "$tmp/check.txt"
+check "mrnotify-check: the problem is named" grep -q 'PROBLEM: mrnotify.ko is not loaded' "$tmp/check.txt"
+mrnotify-check --json >"$tmp/check.json"
+rc=$?
+check "mrnotify-check --json: exit 1, status degraded, parseable" python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["status"] == "degraded" and r["exit_status"] == 1
+assert r["sections"]["module"]["facts"]["loaded"] == "no"
+assert r["sections"]["monitor"]["facts"]["picked"] != "kernel"
+' "$tmp/check.json"
+mrnotify-check --bogus >/dev/null 2>&1
+rc=$?
+check "mrnotify-check: a bad option exits 2 (got $rc)" [ $rc -eq 2 ]
+check "mrnotify-check(1) is installed" test -e /usr/share/man/man1/mrnotify-check.1.gz
+check "the examples are installed" test -e /usr/share/doc/mrnotify-tools/examples/openmpi-mca-params.conf -a \
+	-e /usr/share/doc/mrnotify-tools/examples/ucx.conf
+check "the udev rule is installed" test -e /usr/lib/udev/rules.d/60-mrnotify.rules
+
+bash "$here/modulefile-checks.sh" without
+check "modulefiles without the device (Lmod and environment-modules)" [ $? -eq 0 ]
+# The negative control: the same checks on the README's old snippet must
+# fail (it sets UCX's hooks off and preloads the plugin on every node).
+bash "$here/modulefile-checks.sh" control >"$tmp/control.out" 2>&1
+rc=$?
+sed 's/^/    control: /' "$tmp/control.out"
+check "control: the old unconditional snippet fails the same checks" [ $rc -ne 0 ]
+check "control: ... because it sets variables without the device" \
+	grep -q '^FAIL - tcl .*without the device, nothing set' "$tmp/control.out"
+
+# A job on a node without the device, after module load: stock caches.
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash --norc -c '
+. /usr/share/lmod/lmod/init/bash
+module use /usr/share/modulefiles
+module load mrnotify 2>/dev/null
+ompi_info' >"$tmp/ompi_info" 2>&1
+check "without the device, ompi_info's grdma is Open MPI's own" \
+	sh -c "grep 'MCA rcache: grdma' '$tmp/ompi_info' | grep -vq 'Component v$(mrnotify-check --version | cut -d" " -f2)'"
+# The configuration examples: applied as their headers say, then undone
+# (this root is a throw-away overlay).
+ex=/usr/share/doc/mrnotify-tools/examples
+ours="Component v$(mrnotify-check --version | cut -d' ' -f2)"
+conf=/etc/openmpi/openmpi-mca-params.conf
+cp "$conf" "$tmp/mca-params.orig"
+# Debian's file has no final newline: start a line of our own.
+{ echo; grep -v '^#' "$ex/openmpi-mca-params.conf"; } >>"$conf"
+check "openmpi-mca-params.conf example: ompi_info's grdma is mrnotify's ($ours)" \
+	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -q '$ours'"
+check "... and mrnotify-check sees the shadow directory first" \
+	sh -c "mrnotify-check | grep -q '^  grdma_shadow_in_path: first'"
+cp "$tmp/mca-params.orig" "$conf"
+check "openmpi-mca-params.conf example undone: Open MPI's own grdma again" \
+	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -vq '$ours'"
+mkdir -p /etc/ucx
+cp "$ex/ucx.conf" /etc/ucx/ucx.conf
+ucx_info -c >"$tmp/ucx_c" 2>&1
+check "ucx.conf example: UCX reads it (UCX_MEM_MMAP_HOOK_MODE=none), no warning" \
+	sh -c "grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none' '$tmp/ucx_c' && ! grep -q 'UCX  *WARN' '$tmp/ucx_c'"
+rm /etc/ucx/ucx.conf
+check "ucx.conf example undone: UCX's default hooks again" \
+	sh -c "! ucx_info -c 2>&1 | grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none'"
+rm -rf "$tmp"
+summary host-checks

@@ -1,0 +1,102 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The installed modulefiles, with Lmod (Debian's lmod) and environment-modules
+# (Debian's package, unpacked: the two conflict as packages), in the root the
+# packages were installed into.
+#   modulefile-checks.sh without   no usable /dev/mrnotify (the host's
+#                                  chroot): load prints one notice, sets
+#                                  nothing, every command still runs
+#   modulefile-checks.sh with      the device is usable (the guest): load
+#                                  sets the Open MPI and UCX variables
+#                                  quietly, unload removes them
+#   modulefile-checks.sh control   the negative control: the README's old
+#                                  unconditional snippet, checked as
+#                                  "without": its checks must fail
+# Environment: MODULEFILES (default /usr/share/modulefiles), ENVMODULES (the
+# unpacked environment-modules, default /opt/mrn-test/environment-modules).
+set -u
+. "$(dirname "$0")/lib.sh"
+case=${1:-}
+modulefiles=${MODULEFILES:-/usr/share/modulefiles}
+envm=${ENVMODULES:-/opt/mrn-test/environment-modules}
+VARS='OMPI_MCA_mca_base_component_path|OMPI_MCA_btl_openib_rcache|OMPI_MCA_opal_common_ucx_opal_mem_hooks|LD_PRELOAD|UCX_MRNOTIFY_ENABLE|UCX_MEM_MMAP_HOOK_MODE|UCX_MEM_MALLOC_HOOKS|UCX_MEM_MALLOC_RELOC|MRNOTIFY_MODULE_ACTIVE'
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ "$case" = control ]; then
+	# The README's snippet as it was (before docs/deploying.md).
+	mkdir -p "$tmp/mf/mrnotify"
+	cat >"$tmp/mf/mrnotify/0.0" <<'TCL'
+#%Module1.0
+prepend-path LD_PRELOAD /usr/lib/x86_64-linux-gnu/mrnotify/libmrnotify-ucx.so
+setenv UCX_MEM_MMAP_HOOK_MODE none
+setenv UCX_MEM_MALLOC_HOOKS n
+setenv UCX_MEM_MALLOC_RELOC n
+setenv UCX_MRNOTIFY_ENABLE try
+setenv OMPI_MCA_opal_common_ucx_opal_mem_hooks 0
+TCL
+	modulefiles=$tmp/mf
+	systems=tcl
+	expect=without
+else
+	systems="lua tcl"
+	expect=$case
+fi
+case $expect in with|without) ;; *) echo "usage: modulefile-checks.sh with|without|control" >&2; exit 2 ;; esac
+
+# Runs "module $*" in a fresh bash with one module system; prints the
+# variables of ours that are set afterwards (stdout), the module's messages
+# and the commands' errors (stderr).
+in_module_shell() { # $1: lua|tcl, rest: a bash script after module is set up
+	local sys=$1
+	shift
+	local init
+	if [ "$sys" = lua ]; then
+		init=". /usr/share/lmod/lmod/init/bash"
+	else
+		init="module() { eval \"\$(tclsh $envm/usr/lib/x86_64-linux-gnu/modulecmd.tcl bash \"\$@\")\"; }"
+	fi
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb \
+		bash --norc --noprofile -c "$init
+module use $modulefiles
+$*"
+}
+
+for sys in $systems; do
+	if [ "$sys" = lua ] && [ ! -r /usr/share/lmod/lmod/init/bash ]; then
+		bad "$sys: Lmod is not installed (lmod)"
+		continue
+	fi
+	if [ "$sys" = tcl ] && [ ! -r "$envm/usr/lib/x86_64-linux-gnu/modulecmd.tcl" ]; then
+		bad "$sys: environment-modules is not at $envm"
+		continue
+	fi
+	name="$sys ($([ $sys = lua ] && echo Lmod || echo environment-modules))"
+	in_module_shell $sys 'module load mrnotify; echo "load=$?"; env | grep -E "^('"$VARS"')=" | sort; ls / >/dev/null && echo ls=ok; true' \
+		>"$tmp/out" 2>"$tmp/err"
+	cat "$tmp/out" "$tmp/err" | sed 's/^/    /'
+	check "$name: module load mrnotify exits 0" grep -qx 'load=0' "$tmp/out"
+	check "$name: a command after the load runs" grep -qx 'ls=ok' "$tmp/out"
+	notices=$(grep -c 'mrnotify: .* is not usable' "$tmp/err")
+	set_vars=$(grep -cE "^($VARS)=" "$tmp/out")
+	if [ $expect = without ]; then
+		check "$name: without the device, one notice (got $notices)" [ "$notices" -eq 1 ]
+		check "$name: without the device, nothing set (got $set_vars variables)" [ "$set_vars" -eq 0 ]
+		check "$name: no loader errors" sh -c "! grep -q 'ld.so\|cannot be preloaded' '$tmp/err'"
+	else
+		check "$name: with the device, no notice" [ "$notices" -eq 0 ]
+		for v in OMPI_MCA_mca_base_component_path LD_PRELOAD UCX_MEM_MMAP_HOOK_MODE \
+			OMPI_MCA_opal_common_ucx_opal_mem_hooks UCX_MRNOTIFY_ENABLE; do
+			check "$name: with the device, $v set" grep -q "^$v=" "$tmp/out"
+		done
+		check "$name: the shadow directory first in the component path" \
+			grep -qE '^OMPI_MCA_mca_base_component_path=/usr/lib/[^:]*/mrnotify/grdma-shadow:SYS_DEFAULT:USER_DEFAULT$' "$tmp/out"
+		check "$name: the preloaded plugin exists" \
+			sh -c "test -f \"\$(sed -n 's/^LD_PRELOAD=//p' '$tmp/out')\""
+		# Unload restores the environment.
+		in_module_shell $sys 'module load mrnotify; module unload mrnotify; env | grep -E "^('"$VARS"')=" | sort; true' \
+			>"$tmp/out2" 2>"$tmp/err2"
+		check "$name: unload removes every variable" sh -c "! grep -qE '^($VARS)=' '$tmp/out2'"
+	fi
+done
+summary "modulefiles-$case"

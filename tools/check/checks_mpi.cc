@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Whether this node's Open MPI and UCX can use the component and the plugin.
+#include "node_facts.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef MRN_CHECK_OMPI_COMPONENT_DIR
+#define MRN_CHECK_OMPI_COMPONENT_DIR ""
+#endif
+#ifndef MRN_CHECK_OMPI_BUILT_VERSION
+#define MRN_CHECK_OMPI_BUILT_VERSION ""
+#endif
+
+namespace mrn::check {
+
+namespace {
+
+bool is_dir(const std::string &p)
+{
+	struct stat st;
+	return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string &p)
+{
+	struct stat st;
+	return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string quote(const std::string &s)
+{
+	std::string q = "'";
+	for (char c : s)
+		q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+	return q + "'";
+}
+
+// Output (stdout and stderr) of a shell command, bounded in time: a health
+// check must not hang on a broken installation.
+std::string run(const std::string &cmd, int *status)
+{
+	std::string out;
+	FILE *p = popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
+	if (!p) {
+		*status = -1;
+		return out;
+	}
+	char buf[512];
+	while (fgets(buf, sizeof buf, p))
+		out += buf;
+	*status = pclose(p);
+	return out;
+}
+
+std::string line_after(const std::string &text, const std::string &label)
+{
+	std::istringstream in(text);
+	std::string line;
+	while (std::getline(in, line)) {
+		const auto at = line.find(label);
+		if (at == std::string::npos)
+			continue;
+		std::string v = line.substr(at + label.size());
+		v.erase(0, v.find_first_not_of(" \t"));
+		return v;
+	}
+	return "";
+}
+
+std::vector<std::string> split(const std::string &s, char sep)
+{
+	std::vector<std::string> parts;
+	std::string part;
+	std::istringstream in(s);
+	while (std::getline(in, part, sep))
+		parts.push_back(part);
+	return parts;
+}
+
+// The component path a job started here gets, and where it comes from.
+std::string component_path(const Paths &paths, std::string *source)
+{
+	if (const char *env = getenv("OMPI_MCA_mca_base_component_path")) {
+		*source = "environment (OMPI_MCA_mca_base_component_path)";
+		return env;
+	}
+	std::ifstream in(paths.mca_conf);
+	std::string line, found;
+	while (std::getline(in, line)) {
+		const auto eq = line.find('=');
+		if (line.empty() || line[0] == '#' || eq == std::string::npos)
+			continue;
+		std::string key = line.substr(0, eq);
+		key.erase(key.find_last_not_of(" \t") + 1);
+		if (key != "mca_base_component_path")
+			continue;
+		found = line.substr(eq + 1);
+		found.erase(0, found.find_first_not_of(" \t"));
+		found.erase(found.find_last_not_of(" \t\r") + 1);
+	}
+	if (!found.empty()) {
+		*source = paths.mca_conf;
+		return found;
+	}
+	*source = "Open MPI's default";
+	return "SYS_DEFAULT:USER_DEFAULT";
+}
+
+} // namespace
+
+Section check_openmpi(const Paths &paths)
+{
+	Section s("openmpi");
+	int status = 0;
+	const std::string version = run("ompi_info --version", &status);
+	if (status != 0) {
+		s.skipped = true;
+		s.notes.push_back("Open MPI is not installed (no working ompi_info)");
+		return s;
+	}
+	std::string running = line_after(version, "Open MPI v");
+	s.add("version", running);
+	const std::string built = MRN_CHECK_OMPI_BUILT_VERSION;
+	s.add("component_built_for", built.empty() ? "(not built)" : built);
+	const std::string pkglibdir = line_after(run("ompi_info --path pkglibdir", &status),
+						 "Pkglibdir:");
+	s.add("component_directory", pkglibdir);
+
+	const std::string ours = std::string(MRN_CHECK_OMPI_COMPONENT_DIR) +
+				 "/mca_rcache_mrnotify.so";
+	const bool have_component = is_file(ours);
+	s.add("component", have_component ? ours : "(not installed)");
+	const std::string shadow_so = paths.shadow + "/mca_rcache_grdma.so";
+	const bool have_shadow = is_file(shadow_so);
+	s.add("grdma_shadow", have_shadow ? shadow_so : "(not installed)");
+	if (!have_component && !have_shadow) {
+		s.notes.push_back("the Open MPI component is not installed (mrnotify-openmpi)");
+		return s;
+	}
+	if (!built.empty() && running != built)
+		s.problems.push_back("the component was built for Open MPI " + built +
+				     " and refuses to load into " + running +
+				     " (rebuild mrnotify against it)");
+	if (have_component && !pkglibdir.empty() &&
+	    std::string(MRN_CHECK_OMPI_COMPONENT_DIR) != pkglibdir)
+		s.notes.push_back("the component is not in Open MPI's own directory: it needs " +
+				  std::string(MRN_CHECK_OMPI_COMPONENT_DIR) +
+				  " in mca_base_component_path");
+
+	std::string source;
+	const std::string path = component_path(paths, &source);
+	s.add("component_path", path);
+	s.add("component_path_from", source);
+	int shadow_at = -1, sys_at = -1, i = 0;
+	for (const auto &dir : split(path, ':')) {
+		if (dir == "SYS_DEFAULT")
+			sys_at = i;
+		else if (dir == "USER_DEFAULT")
+			; // ~/.openmpi/components: only a problem when not last (see docs/openmpi.md)
+		else if (dir == paths.shadow)
+			shadow_at = i;
+		else if (!is_dir(dir))
+			s.problems.push_back("component path entry " + dir +
+					     " does not exist: Open MPI stops its scan there");
+		++i;
+	}
+	if (shadow_at >= 0 && !have_shadow)
+		s.problems.push_back("the component path names " + paths.shadow +
+				     ", which is missing: Open MPI stops its scan there");
+	std::string place;
+	if (shadow_at < 0)
+		place = "absent: transports asking for grdma get Open MPI's own";
+	else if (sys_at >= 0 && shadow_at > sys_at)
+		place = "after SYS_DEFAULT: Open MPI's own grdma wins";
+	else
+		place = "first: transports asking for grdma get mrnotify's";
+	s.add("grdma_shadow_in_path", place);
+	if (sys_at < 0)
+		s.problems.push_back("SYS_DEFAULT is missing from the component path: every stock "
+				     "component is lost");
+	return s;
+}
+
+Section check_ucx(const Paths &paths)
+{
+	Section s("ucx");
+	if (!is_file(paths.plugin)) {
+		s.skipped = true;
+		s.notes.push_back("the UCX plugin is not installed (mrnotify-ucx)");
+		return s;
+	}
+	s.add("plugin", paths.plugin);
+	// What mrnotify-ucx-run asks: the plugin itself says which UCX the
+	// program gets and whether it supports it.
+	int status = 0;
+	std::string probe = run("env MRNOTIFY_UCX_PROBE=version LD_PRELOAD=" + quote(paths.plugin) +
+					" /bin/true",
+				&status);
+	probe = line_after(probe, "libmrnotify-ucx:");
+	s.add("probe", probe.empty() ? "(no answer)" : probe);
+	if (probe.find(": supported") == std::string::npos)
+		s.problems.push_back("the UCX plugin cannot be used with this node's UCX: " +
+				     (probe.empty() ? std::string("it did not answer") : probe));
+	const char *preload = getenv("LD_PRELOAD");
+	s.add("preloaded_here",
+	      preload && std::string(preload).find(paths.plugin) != std::string::npos ? "yes"
+										      : "no");
+	for (const char *var :
+	     {"UCX_MRNOTIFY_ENABLE", "UCX_MEM_MMAP_HOOK_MODE", "UCX_MEM_MALLOC_HOOKS"}) {
+		const char *v = getenv(var);
+		s.add(var, v ? v : "(unset)");
+	}
+	return s;
+}
+
+} // namespace mrn::check
