@@ -4,7 +4,8 @@
 # failslab.sh CMD...: run CMD with one in ten allocations from the module's
 # registration cache (mrn_reg) failing, in CMD's tasks only (fault
 # injection's cache and task filters). Needs a kernel with FAILSLAB and
-# FAULT_INJECTION_DEBUG_FS (tools/debug-kernel.sh builds one). Exit status:
+# FAULT_INJECTION_DEBUG_FS (tools/debug-kernel.sh builds one), booted with
+# slab_nomerge (a merged cache's failslab cannot be set). Exit status:
 # CMD's, or 77 when the kernel cannot inject.
 f=/sys/kernel/debug/failslab
 [ -d $f ] || mount -t debugfs none /sys/kernel/debug 2>/dev/null

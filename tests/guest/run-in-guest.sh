@@ -63,6 +63,7 @@ Options:
                         DIR/serial.log is the guest console,
                         DIR/N.out and DIR/N.rc each command's output and status,
                         DIR/dmesg.txt the guest kernel log
+  --kernel-arg ARG      add ARG to the guest kernel's command line (repeatable)
   --allow-kernel-warnings
                         do not fail when the guest kernel log has a WARNING,
                         BUG, Oops or lockdep report
@@ -93,6 +94,7 @@ memory=2048
 smp=2
 results=
 allow_warn=0
+kernel_args=()
 quiet=0
 
 while [ $# -gt 0 ]; do
@@ -114,6 +116,7 @@ while [ $# -gt 0 ]; do
 	--smp) smp=$2; shift 2 ;;
 	--results) results=$2; shift 2 ;;
 	--allow-kernel-warnings) allow_warn=1; shift ;;
+	--kernel-arg) kernel_args+=("$2"); shift 2 ;;
 	--quiet) quiet=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	--) shift; break ;;
@@ -281,6 +284,7 @@ if [ "$root" != / ]; then
 	rootargs+=(-virtfs "local,path=/,mount_tag=hostfs,security_model=none,readonly=on,multidevs=remap")
 	append="$append mrn_hostfs=1"
 fi
+for a in "${kernel_args[@]+"${kernel_args[@]}"}"; do append="$append $a"; done
 
 netargs=()
 if [ "$rxe" = 1 ]; then
@@ -354,7 +358,7 @@ for c in "$@"; do
 done
 
 if [ -r "$results/dmesg.txt" ]; then
-	bad=$(grep -E 'WARNING:|BUG:|Oops|general protection|possible circular locking|lockdep|INFO: task .* blocked|KASAN|KFENCE|UBSAN|refcount_t:|kmemleak' \
+	bad=$(grep -E 'WARNING:|BUG:|Oops|general protection|possible circular locking|lockdep is turned off|INFO: task .* blocked|KASAN:|KFENCE:|UBSAN:|refcount_t:|kmemleak' \
 		"$results/dmesg.txt")
 	if [ -n "$bad" ]; then
 		echo "$prog: the guest kernel log reports problems ($results/dmesg.txt):" >&2
