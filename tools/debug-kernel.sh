@@ -25,8 +25,9 @@ cache=${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
 fragment=$here/debug-kernel.config
 tarball=/usr/src/linux-source-6.1.tar.xz
 
-say() { echo "$prog: $*" >&2; }
-die() { say "$*"; exit 1; }
+# say, die
+# shellcheck source=script-lib.sh
+. "$here/script-lib.sh"
 
 src_version() { dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null; }
 key() { { src_version; cat "$fragment"; } | md5sum | cut -c1-12; }

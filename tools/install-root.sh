@@ -27,7 +27,9 @@ prog=$(basename "$0")
 cache=${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
 root=$cache/bookworm-install-root
 
-say() { echo "$prog: $*" >&2; }
+# say, mirror
+# shellcheck source=script-lib.sh
+. "$(dirname "$0")/script-lib.sh"
 
 # What the packages need at install time (dkms and a compiler, the kernel and
 # its headers, Open MPI, UCX), the two module systems the modulefiles are
@@ -35,19 +37,6 @@ say() { echo "$prog: $*" >&2; }
 # Debian, so its package is kept unpacked beside the root, see env_modules),
 # and what the guest's tests use.
 packages=dkms,build-essential,linux-image-amd64,linux-headers-amd64,kmod,udev,mount,openmpi-bin,libopenmpi3,libucx0,ucx-utils,libibverbs1,ibverbs-providers,lmod,tcl8.6,procps,less,python3,iproute2,file
-
-mirror() {
-	if [ -n "${MRNOTIFY_MIRROR:-}" ]; then
-		echo "$MRNOTIFY_MIRROR"
-		return
-	fi
-	local m
-	m=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		grep -v security | head -n 1)
-	[ -n "$m" ] || m=$(awk '$1 == "deb" && $3 !~ /security/ { print $2; exit }' \
-		/etc/apt/sources.list 2>/dev/null)
-	echo "${m:-http://deb.debian.org/debian}"
-}
 
 # A root made with another package list is made again.
 ok() {

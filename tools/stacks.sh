@@ -37,32 +37,9 @@ set -u -o pipefail
 prog=$(basename "$0")
 cache=${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
 
-say() { echo "$prog: $*" >&2; }
-die() { say "$*"; exit 1; }
-
-# Time one step; the line is what CI logs show for cold and warm runs.
-timed() { # $1: label, rest: command
-	local label=$1 t0 rc
-	shift
-	t0=$(date +%s)
-	"$@"
-	rc=$?
-	say "$label: $(($(date +%s) - t0)) s$([ $rc -ne 0 ] && echo " (failed, exit $rc)")"
-	return $rc
-}
-
-mirror() {
-	if [ -n "${MRNOTIFY_MIRROR:-}" ]; then
-		echo "$MRNOTIFY_MIRROR"
-		return
-	fi
-	local m
-	m=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		grep -v security | head -n 1)
-	[ -n "$m" ] || m=$(awk '$1 == "deb" && $3 !~ /security/ { print $2; exit }' \
-		/etc/apt/sources.list 2>/dev/null)
-	echo "${m:-http://deb.debian.org/debian}"
-}
+# say, die, timed, mirror
+# shellcheck source=script-lib.sh
+. "$(dirname "$0")/script-lib.sh"
 
 # --- 5.10: Debian 11's packages, unpacked ------------------------------------
 

@@ -18,17 +18,11 @@
 #                                        build failed: FAIL)
 set -u -o pipefail
 prog=$(basename "$0")
-srcdir='' builddir=''
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
-	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
-	--) shift; break ;;
-	-h|--help) sed -n '4,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	*) echo "$prog: unknown option $1" >&2; exit 2 ;;
-	esac
-done
-[ -n "$srcdir" ] && [ -n "$builddir" ] || { echo "$prog: --srcdir and --builddir are needed" >&2; exit 2; }
+lane_help=4,18
+# shellcheck source=../../tools/script-lib.sh
+. "$(dirname "$0")/../../tools/script-lib.sh"
+lane_args "$@"
+set -- "${lane_rest[@]+"${lane_rest[@]}"}"
 stacks=$srcdir/tools/stacks.sh
 b=$builddir/debian13
 mkdir -p "$b" || exit 2

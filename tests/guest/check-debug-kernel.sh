@@ -24,16 +24,11 @@
 set -u -o pipefail
 
 prog=$(basename "$0")
-srcdir='' builddir=''
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
-	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
-	-h|--help) sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	*) echo "$prog: unknown argument '$1'" >&2; exit 2 ;;
-	esac
-done
-[ -n "$srcdir" ] && [ -n "$builddir" ] || { echo "$prog: --srcdir and --builddir are needed" >&2; exit 2; }
+lane_help=4,23
+# shellcheck source=../../tools/script-lib.sh
+. "$(dirname "$0")/../../tools/script-lib.sh"
+lane_args "$@"
+[ ${#lane_rest[@]} -eq 0 ] || { echo "$prog: unknown argument '${lane_rest[0]}'" >&2; exit 2; }
 
 tools=$srcdir/tools
 res=$builddir/tests/kernel-results-debug

@@ -17,16 +17,11 @@
 set -u -o pipefail
 
 prog=$(basename "$0")
-srcdir='' builddir=''
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
-	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
-	-h|--help) sed -n '4,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	*) break ;;
-	esac
-done
-[ -n "$srcdir" ] && [ -n "$builddir" ] || { echo "$prog: --srcdir and --builddir are needed" >&2; exit 2; }
+lane_help=4,16
+# shellcheck source=../../tools/script-lib.sh
+. "$(dirname "$0")/../../tools/script-lib.sh"
+lane_args "$@"
+set -- "${lane_rest[@]+"${lane_rest[@]}"}"
 [ $# -gt 0 ] || set -- 5.10 6.12
 
 stacks=$srcdir/tools/stacks.sh

@@ -25,26 +25,12 @@
 set -u -o pipefail
 
 prog=$(basename "$0")
-say() { echo "$prog: $*" >&2; }
-timed() { # $1: label, rest: command
-	local label=$1 t0 rc
-	shift
-	t0=$(date +%s)
-	"$@"
-	rc=$?
-	say "time: $label: $(($(date +%s) - t0)) s$([ $rc -ne 0 ] && echo " (failed, exit $rc)")"
-	return $rc
-}
-
-srcdir='' builddir=''
-while [ $# -gt 0 ]; do
-	case $1 in
-	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
-	--builddir) builddir=$(readlink -f "$2"); shift 2 ;;
-	*) say "usage: $prog --srcdir DIR --builddir DIR"; exit 2 ;;
-	esac
-done
-[ -n "$srcdir" ] && [ -n "$builddir" ] || { say "usage: $prog --srcdir DIR --builddir DIR"; exit 2; }
+lane_help=4,24
+# say, timed, lane_args
+# shellcheck source=../../tools/script-lib.sh
+. "$(dirname "$0")/../../tools/script-lib.sh"
+lane_args "$@"
+[ ${#lane_rest[@]} -eq 0 ] || { say "usage: $prog --srcdir DIR --builddir DIR"; exit 2; }
 here=$srcdir/tests/install
 results=$builddir/tests/install-results
 
@@ -56,7 +42,7 @@ if [ -z "${MRN_INSTALL_NS:-}" ]; then
 	# namespace, whatever happens.
 	MRN_INSTALL_NS=1 unshare -m -- "$0" --srcdir "$srcdir" --builddir "$builddir"
 	rc=$?
-	say "time: total: $(($(date +%s) - t_all)) s"
+	say "total: $(($(date +%s) - t_all)) s"
 	exit $rc
 fi
 mount --make-rprivate /
