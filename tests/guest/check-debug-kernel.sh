@@ -74,7 +74,7 @@ commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
 	# As root (no --dropprivs), without log files (the folder is the
 	# host's, read-only).
 	# Only calls that reach the device or change the mappings under it.
-	"trinity --dangerous -q -l off -N 20000 -C 4 -V /dev/mrnotify -c ioctl -c mmap -c munmap -c mremap -c madvise -c close -c read -c poll"
+	"trinity --dangerous -q -l off -N 3000 -C 2 -V /dev/mrnotify -c ioctl -c mmap -c munmap -c mremap -c madvise -c close -c read -c poll"
 	# The module's allocations failing at random: errors, never a report.
 	"sh $srcdir/tests/guest/failslab.sh kernel/mrn_race_fuzz --ops 50000 --threads 2 --seed 7"
 	"sh $srcdir/tests/kernel/mrn_unload.sh $ko")
