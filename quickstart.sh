@@ -28,7 +28,7 @@ packages=(
 	libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev
 	linux-headers-amd64 linux-image-amd64 kmod
 	qemu-system-x86 busybox-static cpio iproute2
-	mmdebstrap trinity
+	mmdebstrap
 	linux-source-6.1 bc flex bison libelf-dev libssl-dev
 	dpkg-dev debhelper dh-dkms lintian chrpath git
 )
@@ -82,9 +82,9 @@ run_tests() {
 	make check-kernels || status=1
 	say "Debian 13 (6.12, Open MPI 5.0.7): build, make check and the guest tests in its root (make check-debian13)"
 	make check-debian13 || status=1
-	say "the module on a debug kernel: lockdep, KASAN, KFENCE, the race fuzzer, trinity (make check-debug-kernel)"
+	say "the module on a debug kernel: lockdep, KASAN, KFENCE, the race fuzzer (make check-debug-kernel)"
 	# Run when the kernel is cached; MRNOTIFY_DEBUG_KERNEL=build builds it
-	# first (about 40 min on 2 cores); skipped otherwise.
+	# first (80 min on 2 busy cores); skipped otherwise.
 	make check-debug-kernel || status=1
 	say "the packages, installed into a fresh Debian 12 root and booted (make check-install)"
 	# The root is cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
