@@ -686,6 +686,15 @@ long lost_invalidations(const std::vector<uint64_t> &before, const std::vector<u
 	return lost;
 }
 
+// Pages whose frame changed: what an invalidation was really needed for.
+long pages_replaced(const std::vector<uint64_t> &before, const std::vector<uint64_t> &after)
+{
+	long moved = 0;
+	for (size_t i = 0; i < before.size() && i < after.size(); i++)
+		moved += before[i] != after[i];
+	return moved;
+}
+
 class Precision : public Unmap {};
 
 // A PMD split replaces no page but is announced as CLEAR over 2 MiB: the
@@ -703,9 +712,7 @@ TEST_F(Precision, ThpSplitInvalidatesTheWholeHugePage)
 	auto after = pfns(t.get(), n);
 	Ids drained = c.drain_ids();
 	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
-	long moved = 0;
-	for (int i = 0; i < n; i++)
-		moved += before[i] != after[i];
+	const long moved = pages_replaced(before, after);
 	printf("THP split by mprotect of 1 page: %zu of %d one-page registrations invalidated, "
 	       "%ld pages replaced, AnonHugePages now %ld kB\n",
 	       drained.size(), n, moved, mrn::smaps_kb(t.get(), "AnonHugePages"));
@@ -736,9 +743,7 @@ TEST_F(Precision, ForkWithPinnedThp)
 	auto after = pfns(t.get(), n);
 	Ids drained = c.drain_ids();
 	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
-	long moved = 0;
-	for (int i = 0; i < n; i++)
-		moved += before[i] != after[i];
+	const long moved = pages_replaced(before, after);
 	printf("fork with a pinned THP: %zu of %d registrations invalidated, %ld pages replaced "
 	       "in the parent\n",
 	       drained.size(), n, moved);
@@ -760,9 +765,7 @@ TEST_F(Precision, MadviseOnPartOfAThp)
 	Ids drained = c.drain_ids();
 	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
 	EXPECT_TRUE(drained.count(ids[0])) << "the zapped page must be invalidated";
-	long moved = 0;
-	for (int i = 0; i < n; i++)
-		moved += before[i] != after[i];
+	const long moved = pages_replaced(before, after);
 	printf("MADV_DONTNEED of 1 page of a THP (page 256 pinned: %s): %zu of %d registrations "
 	       "invalidated, %ld pages replaced\n",
 	       pin.ok() ? "yes" : "no", drained.size(), n, moved);
