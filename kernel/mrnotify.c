@@ -76,6 +76,14 @@
 /* Kernel memory of one registration, for the default per-user cap. */
 #define MRN_REG_COST	128
 
+/*
+ * Memory a process asks for through the device stays charged to its memory
+ * cgroup, and at the cgroup's limit the request fails with ENOMEM rather
+ * than waking the OOM killer: a registration cache can fall back to an
+ * uncached registration, a killed rank takes the whole job down.
+ */
+#define MRN_GFP_USER	(GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL)
+
 /* xarray marks (the index does not allocate ids, so all three are free). */
 #define MRN_MARK_DIRTY	XA_MARK_1	/* invalidated, not yet drained */
 #define MRN_MARK_BATCH	XA_MARK_2	/* copied out by the DRAIN in progress */
@@ -447,7 +455,7 @@ static int mrn_open(struct inode *inode, struct file *file)
 	if (!current->mm)
 		return -EINVAL;
 
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
+	ctx = kzalloc(sizeof(*ctx), MRN_GFP_USER);
 	if (!ctx)
 		return -ENOMEM;
 	ctx->user = mrn_user_get(current_euid());
@@ -458,7 +466,7 @@ static int mrn_open(struct inode *inode, struct file *file)
 		ret = -EMFILE;
 		goto out_put;
 	}
-	ctx->status_page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+	ctx->status_page = alloc_page(MRN_GFP_USER | __GFP_ZERO);
 	if (!ctx->status_page)
 		goto out_uncharge;
 	ctx->status = page_address(ctx->status_page);
@@ -639,7 +647,7 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	if (!mrn_charge(&ctx->user->regs,
 			READ_ONCE(mrn_max_user_registrations)))
 		return -ENOSPC;
-	reg = kmem_cache_alloc(mrn_reg_cache, GFP_KERNEL);
+	reg = kmem_cache_alloc(mrn_reg_cache, MRN_GFP_USER);
 	if (!reg) {
 		atomic_long_dec(&ctx->user->regs);
 		return -ENOMEM;
@@ -674,7 +682,7 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 		ret = -ENOSPC;
 		goto out_unlock;
 	}
-	ret = xa_insert(&ctx->regs, id, reg, GFP_KERNEL_ACCOUNT);
+	ret = xa_insert(&ctx->regs, id, reg, MRN_GFP_USER);
 	if (ret)
 		goto out_unlock;
 	ret = mmu_interval_notifier_insert(&reg->notifier, ctx->mm, arg.addr,
@@ -911,8 +919,12 @@ static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 		return -EINVAL;
 
 	max = min_t(u32, arg.capacity, MRN_DRAIN_MAX_BATCH);
-	/* 32 KiB at most; one slot even for capacity 0. */
-	ents = kvmalloc_array(max ?: 1, sizeof(*ents), GFP_KERNEL_ACCOUNT);
+	/*
+	 * 32 KiB at most; one slot even for capacity 0. Not charged: it is
+	 * freed before the call returns, and a cgroup at its limit must still
+	 * be able to drain (draining is how it gets memory back).
+	 */
+	ents = kvmalloc_array(max ?: 1, sizeof(*ents), GFP_KERNEL);
 	if (!ents)
 		return -ENOMEM;
 
