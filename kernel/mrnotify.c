@@ -649,7 +649,10 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 		return -ENOSPC;
 	reg = kmem_cache_alloc(mrn_reg_cache, MRN_GFP_USER);
 	if (!reg) {
+#ifndef MRN_NEGATIVE_CONTROL_LEAK_ON_ENOMEM
+		/* Defined only in the debug-kernel lane's control build. */
 		atomic_long_dec(&ctx->user->regs);
+#endif
 		return -ENOMEM;
 	}
 	atomic_long_inc(&mrn_nr_regs);

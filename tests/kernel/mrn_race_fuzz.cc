@@ -7,8 +7,16 @@
 //  - a lost invalidation: each thread also runs checked rounds on a context
 //    of its own (register, unmap, then the id must come back from DRAIN or
 //    UNREGISTER must say WAS_DIRTY), interleaved with the chaos;
-//  - an errno the ABI does not document for that call.
-// Usage: mrn_race_fuzz [--ops N] [--threads T] [--seed S]
+//  - an errno the ABI does not document for that call;
+//  - a leak: once every context is closed, the user must have no
+//    registration charged.
+// With --fail-slab P (a kernel with CONFIG_FAILSLAB and debugfs, booted with
+// slub_debug=A,mrn_reg,radix_tree_node), P percent of the fuzzing threads'
+// allocations of registrations and of id-index nodes fail, so that the
+// module's error paths run; a failed allocation may only cost an ENOMEM,
+// never a lost invalidation or a leak. Only those two caches: failing every
+// allocation of the task would fail its page faults (SIGBUS) and munmaps.
+// Usage: mrn_race_fuzz [--ops N] [--threads T] [--seed S] [--fail-slab P]
 // Exit status: 0 clean, 1 a check failed, 2 usage, 77 no /dev/mrnotify.
 #include <linux/mrnotify.h>
 
@@ -28,6 +36,7 @@
 #endif
 
 #include <atomic>
+#include <memory>
 #include <cinttypes>
 #include <mutex>
 #include <random>
@@ -46,6 +55,61 @@ struct Options {
 	long ops = 1000000;
 	int threads = 4;
 	uint64_t seed = 1;
+	int fail_slab = 0; // percent of slab allocations that fail
+};
+
+bool write_file(const std::string &path, const std::string &value)
+{
+	FILE *f = fopen(path.c_str(), "w");
+	if (!f)
+		return false;
+	const bool ok = fputs(value.c_str(), f) >= 0;
+	return fclose(f) == 0 && ok;
+}
+
+bool read_flag(const std::string &path)
+{
+	FILE *f = fopen(path.c_str(), "r");
+	if (!f)
+		return false;
+	int v = 0;
+	const bool ok = fscanf(f, "%d", &v) == 1;
+	fclose(f);
+	return ok && v == 1;
+}
+
+// Fault injection (Documentation/fault-injection): failslab for the threads
+// that set /proc/thread-self/make-it-fail (the fuzzing threads, and the
+// children they fork), not for the main thread, which creates the threads
+// and checks for leaks at the end; and only in the caches marked at boot.
+class FailSlab {
+public:
+	explicit FailSlab(int percent)
+	{
+		const std::string d = "/sys/kernel/debug/failslab/";
+		if (!read_flag("/sys/kernel/slab/mrn_reg/failslab")) {
+			why_ = "the mrn_reg cache is not marked (boot with "
+			       "slub_debug=A,mrn_reg,radix_tree_node)";
+			return;
+		}
+		ok_ = write_file(d + "task-filter", "Y") && write_file(d + "cache-filter", "Y") &&
+		      write_file(d + "interval", "1") &&
+		      write_file(d + "times", "-1") && write_file(d + "space", "0") &&
+		      write_file(d + "verbose", "0") && write_file(d + "ignore-gfp-wait", "N") &&
+		      write_file(d + "probability", std::to_string(percent));
+		if (!ok_)
+			why_ = "no " + d + " (CONFIG_FAILSLAB, debugfs): " + strerror(errno);
+	}
+	~FailSlab() { stop(); }
+	FailSlab(const FailSlab &) = delete;
+	FailSlab &operator=(const FailSlab &) = delete;
+	bool ok() const { return ok_; }
+	const std::string &why() const { return why_; }
+	void stop() { write_file("/sys/kernel/debug/failslab/probability", "0"); }
+
+private:
+	bool ok_ = false;
+	std::string why_;
 };
 
 // The errnos each call may return (docs/kernel-abi.md); anything else is a
@@ -81,6 +145,8 @@ struct Shared {
 	std::atomic<long> undocumented{0};
 	std::atomic<long> checked_rounds{0};
 	std::atomic<long> forks{0};
+	std::atomic<long> enomem{0}; // calls that failed for want of memory
+	bool fail_slab = false;
 	std::mutex log_lock;
 	std::set<int> bad_errnos;
 };
@@ -105,6 +171,8 @@ public:
 	void run()
 	{
 		own_fd_ = open_ctx();
+		if (s_->fail_slab && !write_file("/proc/thread-self/make-it-fail", "1"))
+			fprintf(stderr, "mrn_race_fuzz: make-it-fail: %s\n", strerror(errno));
 		while (s_->ops_left.fetch_sub(1, std::memory_order_relaxed) > 0)
 			step();
 		if (own_fd_ >= 0)
@@ -120,6 +188,8 @@ private:
 
 	void note(const char *what, int rc)
 	{
+		if (rc < 0 && errno == ENOMEM)
+			s_->enomem++;
 		if (rc >= 0 || documented(errno))
 			return;
 		s_->undocumented++;
@@ -348,7 +418,11 @@ private:
 			munmap(p, len);
 			return;
 		}
-		munmap(p, len);
+		if (munmap(p, len) != 0) {
+			// Nothing was unmapped, so nothing is owed.
+			note("munmap (checked)", -1);
+			return;
+		}
 		bool seen = false;
 		for (bool more = true; more;) {
 			mrn_dirty_entry buf[16];
@@ -413,7 +487,8 @@ private:
 
 int usage()
 {
-	fprintf(stderr, "usage: mrn_race_fuzz [--ops N] [--threads T] [--seed S]\n");
+	fprintf(stderr,
+		"usage: mrn_race_fuzz [--ops N] [--threads T] [--seed S] [--fail-slab PERCENT]\n");
 	return 2;
 }
 
@@ -436,6 +511,8 @@ int main(int argc, char **argv)
 			o.threads = static_cast<int>(v);
 		else if (a == "--seed")
 			o.seed = v;
+		else if (a == "--fail-slab" && v <= 100)
+			o.fail_slab = static_cast<int>(v);
 		else
 			return usage();
 	}
@@ -446,6 +523,7 @@ int main(int argc, char **argv)
 			printf("SKIP: cannot open %s: %s\n", MRN_DEVICE_PATH, strerror(errno));
 			return 77;
 		}
+		s.fail_slab = true;
 	}
 	void *arena = mmap(nullptr, kArenaPages * kPage, PROT_READ | PROT_WRITE,
 			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -455,6 +533,15 @@ int main(int argc, char **argv)
 	}
 	s.arena = static_cast<char *>(arena);
 	s.ops_left = o.ops;
+	std::unique_ptr<FailSlab> fail;
+	if (o.fail_slab) {
+		fail = std::make_unique<FailSlab>(o.fail_slab);
+		if (!fail->ok()) {
+			printf("SKIP: failslab: %s\n", fail->why().c_str());
+			return 77;
+		}
+		s.fail_slab = true;
+	}
 	std::vector<std::thread> threads;
 	for (int t = 0; t < o.threads; t++)
 		threads.emplace_back([&s, &o, t] { Fuzzer(&s, o.seed * 1000 + t).run(); });
@@ -462,10 +549,27 @@ int main(int argc, char **argv)
 		t.join();
 	for (auto &fd : s.fds)
 		close(fd);
+	if (fail)
+		fail->stop();
 
-	printf("mrn_race_fuzz: %ld operations, %d threads, seed %" PRIu64 ": %ld checked rounds, "
-	       "%ld forks, %ld lost invalidations, %ld undocumented errnos\n",
-	       o.ops, o.threads, o.seed, s.checked_rounds.load(), s.forks.load(), s.lost.load(),
-	       s.undocumented.load());
-	return s.lost == 0 && s.undocumented == 0 ? 0 : 1;
+	// Every context is closed: nothing may stay charged to the user.
+	long leaked = -1;
+	const int fd = open_ctx();
+	if (fd >= 0) {
+		mrn_query q;
+		memset(&q, 0, sizeof(q));
+		q.size = sizeof(q);
+		if (ioctl(fd, MRN_IOC_QUERY, &q) == 0)
+			leaked = static_cast<long>(q.user_registrations);
+		close(fd);
+	}
+	if (leaked != 0)
+		fprintf(stderr, "mrn_race_fuzz: %ld registrations still charged after close\n",
+			leaked);
+	printf("mrn_race_fuzz: %ld operations, %d threads, seed %" PRIu64 ", failslab %d%%: "
+	       "%ld checked rounds, %ld forks, %ld ENOMEM, %ld lost invalidations, "
+	       "%ld undocumented errnos, %ld registrations leaked\n",
+	       o.ops, o.threads, o.seed, o.fail_slab, s.checked_rounds.load(), s.forks.load(),
+	       s.enomem.load(), s.lost.load(), s.undocumented.load(), leaked);
+	return s.lost == 0 && s.undocumented == 0 && leaked == 0 ? 0 : 1;
 }
