@@ -5,7 +5,9 @@
 # 6.1 source with lockdep, KASAN, KFENCE and DEBUG_OBJECTS; see
 # tools/debug-kernel.sh), where the guest's check of the kernel log can
 # actually see locking, sleeping-in-atomic and lifetime bugs:
-#  - every kernel test (tests/kernel/*) and the library's guest tests;
+#  - every kernel test (tests/kernel/*) and the library's guest tests, on
+#    two NUMA nodes (for move_pages; NUMA balancing off, so that nothing
+#    else migrates the tests' pages);
 #  - the race fuzzer (tests/kernel/mrn_race_fuzz), MRNOTIFY_FUZZ_OPS
 #    operations (default 200000; the acceptance run is 1000000);
 #  - the race fuzzer again with failslab: 5% of the fuzzing threads'
@@ -91,7 +93,8 @@ t0=$(date +%s)
 nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
 	--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" --kernel-build "$DEBUG_BUILD" \
 	--module "$ko" --rxe --cwd "$t" --bind "$srcdir" --bind "$builddir" \
-	--kernel-arg slub_debug=A,mrn_reg,radix_tree_node --memory 3072 --test-timeout 2400 --timeout 5400 --quiet --results "$res" \
+	--kernel-arg slub_debug=A,mrn_reg,radix_tree_node --memory 3072 \
+	--numa-nodes 2 --kernel-arg numa_balancing=disable --test-timeout 2400 --timeout 5400 --quiet --results "$res" \
 	"${commands[@]}"
 rc=$?
 echo "$prog: guest $(($(date +%s) - t0)) s"

@@ -59,6 +59,9 @@ Options:
                         kill one command after this long (default: 600)
   --memory MIB          guest memory (default: 2048)
   --smp N               guest CPUs (default: 2)
+  --numa-nodes 1|2      NUMA nodes; with 2, the memory is split in two and
+                        the second node has no CPU (for move_pages tests;
+                        default: 1)
   --results DIR         keep results here (default: a new temporary folder);
                         DIR/serial.log is the guest console,
                         DIR/N.out and DIR/N.rc each command's output and status,
@@ -92,6 +95,7 @@ timeout_s=900
 test_timeout_s=600
 memory=2048
 smp=2
+numa_nodes=1
 results=
 allow_warn=0
 kernel_args=()
@@ -114,6 +118,7 @@ while [ $# -gt 0 ]; do
 	--test-timeout) test_timeout_s=$2; shift 2 ;;
 	--memory) memory=$2; shift 2 ;;
 	--smp) smp=$2; shift 2 ;;
+	--numa-nodes) numa_nodes=$2; shift 2 ;;
 	--results) results=$2; shift 2 ;;
 	--allow-kernel-warnings) allow_warn=1; shift ;;
 	--kernel-arg) kernel_args+=("$2"); shift 2 ;;
@@ -129,6 +134,15 @@ done
 for n in "$timeout_s" "$test_timeout_s" "$memory" "$smp"; do
 	[[ "$n" =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number"
 done
+case $numa_nodes in
+1) numaargs=() ;;
+2) half=$((memory / 2))
+	numaargs=(-object "memory-backend-ram,id=mem0,size=${half}M"
+		-object "memory-backend-ram,id=mem1,size=$((memory - half))M"
+		-numa "node,nodeid=0,cpus=0-$((smp - 1)),memdev=mem0"
+		-numa "node,nodeid=1,memdev=mem1") ;;
+*) die "--numa-nodes takes 1 or 2, not '$numa_nodes'" ;;
+esac
 for e in "${envs[@]+"${envs[@]}"}"; do
 	[[ "$e" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env wants NAME=VALUE, not '$e'"
 done
@@ -299,6 +313,7 @@ echo "$prog: booting $kernel_image ($release)$([ "$root" != / ] && echo " on $ro
 start=$(date +%s)
 timeout --foreground -s KILL "$timeout_s" "$qemu" \
 	-machine q35 -accel tcg -cpu max -m "$memory" -smp "$smp" \
+	"${numaargs[@]+"${numaargs[@]}"}" \
 	-nographic -no-reboot -serial stdio -monitor none \
 	-kernel "$kernel_image" -initrd "$initrd" \
 	-append "$append" "${rootargs[@]}" \

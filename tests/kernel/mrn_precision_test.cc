@@ -332,7 +332,8 @@ TEST_F(Precision, SoftOfflineMigrationInvalidatesThePage)
 	       before[3] == after[3] ? "kept" : "replaced");
 }
 
-// move_pages(2) to another NUMA node (skipped on one node).
+// move_pages(2) to another NUMA node (skipped on one node; the debug-kernel
+// lane boots its guest with two). A long-term pinned page stays where it is.
 TEST_F(Precision, MovePagesToAnotherNode)
 {
 	long nodes = 0;
@@ -343,22 +344,30 @@ TEST_F(Precision, MovePagesToAnotherNode)
 	Map m(4 * page_size());
 	ASSERT_NE(nullptr, m.get());
 	m.touch();
+	PinReader pin;
+	ASSERT_TRUE(pin.ok());
+	ASSERT_EQ(0, pin.pin(m.get() + 3 * page_size(), page_size())) << strerror(errno);
 	auto ids = reg_pages(c, m.get(), 4);
 	auto before = pfns(m.get(), 4);
 	void *pages[4];
 	int to[4], status[4];
-	int cur = -1;
 	for (int i = 0; i < 4; i++)
 		pages[i] = m.get() + i * page_size();
-	ASSERT_EQ(0, syscall(SYS_move_pages, 0, 1, pages, nullptr, &cur, 0));
-	for (int &t : to)
-		t = cur == 0 ? 1 : 0;
-	ASSERT_EQ(0, syscall(SYS_move_pages, 0, 4, pages, to, status, 2 /* MPOL_MF_MOVE */))
+	// Where they are now (nodes == NULL: status gets each page's node).
+	ASSERT_EQ(0, syscall(SYS_move_pages, 0, 4, pages, nullptr, status, 0)) << strerror(errno);
+	for (int i = 0; i < 4; i++)
+		to[i] = status[i] == 0 ? 1 : 0;
+	ASSERT_GE(syscall(SYS_move_pages, 0, 4, pages, to, status, 2 /* MPOL_MF_MOVE */), 0)
 		<< strerror(errno);
 	auto after = pfns(m.get(), 4);
 	Ids drained = c.drain_ids();
-	EXPECT_EQ(4, pages_replaced(before, after));
+	EXPECT_EQ(3, pages_replaced(before, after) - (before[3] != after[3]))
+		<< "pages 0-2 should have moved";
 	EXPECT_EQ(0, lost_invalidations(before, after, ids, drained));
+	EXPECT_EQ(before[3], after[3]) << "a long-term pinned page was migrated";
+	printf("move_pages to the other node: %ld of 4 pages moved (pinned page 3: status %d), "
+	       "%zu of 4 registrations invalidated\n",
+	       pages_replaced(before, after), status[3], drained.size());
 }
 
 } // namespace

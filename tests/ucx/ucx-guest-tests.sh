@@ -12,7 +12,9 @@
 # --noentry: UCX >= 1.14 only, the plugin built without its UCP entry-point
 # checks, which must miss UCP's inlined cache hits (the negative control of
 # those checks); its cases are listed only when it is given.
-# Groups: cache xfer smoke thp mpi bench (bench: figures, not pass/fail).
+# Groups: cache xfer smoke thp mpi apps bench (bench: figures, not
+# pass/fail). apps: hpcc (Debian's package) with stock UCX and with the
+# plugin, which must pass the same verifications (tests/apps/).
 # smoke: tcp and shared memory move data by virtual address and pin
 # nothing, so a stale registration cannot corrupt their data: these cases
 # only show that transfers work with the plugin, through its caches.
@@ -47,6 +49,8 @@ ulimit -l unlimited 2>/dev/null
 STALE=$bin/ucx_stale
 XFER=$bin/ucx_xfer
 MPI=$bin/ucx_mpi_remap
+STORM="$bin/mpi_unmap_storm --threads=2 --fork"
+REGCOUNT=$bin/../apps/libregcount.so
 BENCH=$bin/ucx_rcache_bench
 THP=$bin/ucx_thp_pingpong
 CASES=$bin/ucx_rcache_cases
@@ -122,7 +126,11 @@ smoke.tcp_tag_both_raw_plugin|-|ranges|$TCP $PLUGIN $XFER --op=tag --remap=both 
 smoke.shm_tag_both_raw_plugin|-|ranges|$SHM $PLUGIN $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
 thp.pingpong_plugin_hits_as_stock|rxe|-|$RXE sh $here/ucx-thp.sh $PLUGIN -- $THP --passes=4
 mpi.pml_ucx_rc_plugin|mpi|ranges2|$MPIRUN $PLUGIN $MPI --expect=correct
+mpi.pml_ucx_rc_storm_plugin|mpi|ranges2|$MPIRUN $PLUGIN $STORM --expect=correct
+mpi.pml_ucx_rc_storm_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $STORM --expect=corrupt
+apps.hpcc_plugin_same_as_stock|mpi|plugin|sh $here/../apps/hpcc-compare.sh $REGCOUNT $MPIRUN -- $PLUGIN
 bench.rcache_hit|-|-|$run --enable=yes $BENCH --regions=1,1024,65536
+bench.mpi_sweep_plugin_vs_stock|mpi|plugin|sh $here/../apps/sweep-compare.sh $REGCOUNT $bin/../apps/mpi_sweep $MPIRUN -- $PLUGIN
 "
 # UCX >= 1.14: the same plugin without the UCP entry-point checks is active
 # (it watches, drains at ucs_rcache_get) and still hands out stale
@@ -222,7 +230,11 @@ for name in $selected; do
 	echo "\$ $cmd"
 	start=$(date +%s)
 	# shellcheck disable=SC2086
-	timeout 240 $cmd >"$tmp" 2>&1
+	case $name in
+	apps.*) limit=900 ;; # two whole application runs
+	*) limit=240 ;;
+	esac
+	timeout $limit $cmd >"$tmp" 2>&1
 	rc=$?
 	grep -v '^#' "$tmp"
 	why=

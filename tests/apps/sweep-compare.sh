@@ -1,0 +1,55 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# Latency and bandwidth over message sizes (mpi_sweep), once with stock UCX
+# and once behind a prefix (the plugin's wrapper), over the same launcher,
+# with the registrations each run made (libregcount.so). Prints one table
+# with the ratios prefixed/stock. Figures, not pass/fail, in an emulated
+# guest: it fails only when a run fails, or when the prefixed run registers
+# more often than stock on buffers that never change (a cache that misses).
+#
+#   sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX...
+set -u
+[ $# -ge 4 ] || { echo "usage: sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX..." >&2; exit 2; }
+regcount=$1 sweep=$2
+shift 2
+launch=
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+	launch="$launch $1"
+	shift
+done
+[ $# -gt 0 ] && shift
+work=$(mktemp -d) || exit 2
+trap 'rm -rf "$work"' EXIT
+
+# run NAME PREFIX...
+run() {
+	name=$1
+	shift
+	echo "\$$launch -x LD_PRELOAD=$regcount $* $sweep"
+	# shellcheck disable=SC2086
+	$launch -x LD_PRELOAD="$regcount" "$@" "$sweep" >"$work/$name" 2>&1
+	rc=$?
+	grep -v '^mpi_sweep: [0-9]* bytes' "$work/$name" | grep -v '^$' | sed 's/^/    /'
+	[ $rc -eq 0 ] || { echo "sweep-compare: the $name run exited $rc"; exit 1; }
+}
+regs() {
+	sed -n 's/^regcount: pid [0-9]*: \([0-9]*\) registrations.*/\1/p' "$work/$1" |
+		awk '{ s += $1 } END { print s + 0 }'
+}
+
+run stock
+# shellcheck disable=SC2068
+run prefixed "$@"
+printf '%10s %12s %12s %7s %12s %12s %7s\n' bytes "stock us" "ours us" ratio "stock MB/s" "ours MB/s" ratio
+sed -n 's/^mpi_sweep: \([0-9]*\) bytes: latency \([0-9.]*\) us, bandwidth \([0-9.]*\) MB\/s/\1 \2 \3/p' \
+	"$work/stock" >"$work/s.tab"
+sed -n 's/^mpi_sweep: \([0-9]*\) bytes: latency \([0-9.]*\) us, bandwidth \([0-9.]*\) MB\/s/\1 \2 \3/p' \
+	"$work/prefixed" >"$work/p.tab"
+paste -d' ' "$work/s.tab" "$work/p.tab" |
+	awk '{ printf "%10d %12.2f %12.2f %7.2f %12.1f %12.1f %7.2f\n", $1, $2, $5, $5 / $2, $3, $6, $6 / $3 }'
+s=$(regs stock) p=$(regs prefixed)
+echo "sweep-compare: registrations in all ranks: stock $s, prefixed $p"
+if [ "$p" -gt "$s" ]; then
+	echo "sweep-compare: the prefixed run registered more often than stock on unchanging buffers"
+	exit 1
+fi

@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * mpi_unmap_storm: two MPI ranks exchange rendezvous-sized messages (so the
+ * transport registers the buffers and caches the registrations) while the
+ * buffers' memory is replaced between rounds in every way an application
+ * can replace it:
+ *   reuse     nothing replaced (the cache should hit)
+ *   free      free() and malloc() again (glibc unmaps and maps)
+ *   munmap    raw munmap(2) and mmap(2) at the same address (if still free)
+ *   map_fixed raw mmap(2) MAP_FIXED over the live mapping
+ *   mremap    raw mremap(2) of the pages away, fresh pages mapped back
+ *   dontneed  raw madvise(2) MADV_DONTNEED (fresh zero pages on next touch)
+ *   shm       raw shmat(2) SHM_REMAP of a new System V segment over it
+ * "raw" means a system call no memory hook in libc sees. Optionally a
+ * second thread does the same on its own communicator at the same time
+ * (MPI_THREAD_MULTIPLE), and every fourth round runs system() and fork().
+ * Every byte received is checked.
+ *
+ * Usage: mpirun -np 2 ... mpi_unmap_storm [--size=BYTES] [--rounds=N]
+ *            [--threads=1|2] [--fork] [--expect=correct|corrupt]
+ * Rank 0 prints wrong rank-rounds per kind and the result; the exit status is
+ * 0 when the result is the one expected (default: correct).
+ */
+#define _GNU_SOURCE
+#include <mpi.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum kind { REUSE, FREE, MUNMAP, MAP_FIXED_OVER, MREMAP, DONTNEED, SHM, NKINDS };
+static const char *const kind_name[NKINDS] = {"reuse",  "free",     "munmap", "map_fixed",
+					      "mremap", "dontneed", "shm"};
+
+static size_t size = 256 << 10;
+static int rounds = 28, do_fork;
+
+/* One buffer and how its memory came to be (malloc, mmap or shm). */
+struct buf {
+	unsigned char *p;
+	enum { FROM_MALLOC, FROM_MMAP, FROM_SHM } from;
+};
+
+static void die(const char *what)
+{
+	fprintf(stderr, "mpi_unmap_storm: %s: %s\n", what, strerror(errno));
+	MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+/*
+ * How a fresh mapping is placed: anywhere; over [at, +size), which the
+ * caller owns; or at `at` if that is still free, else anywhere (another
+ * thread, ours or the transport's, may have taken the hole meanwhile).
+ */
+enum place { ANYWHERE, OVER, AT_IF_FREE };
+
+static void *raw_mmap(void *at, enum place how)
+{
+	const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
+	void *p;
+
+	if (how == OVER) {
+		p = (void *)syscall(SYS_mmap, at, size, prot, flags | MAP_FIXED, -1, 0);
+		if (p != at)
+			die("mmap MAP_FIXED");
+		return p;
+	}
+	if (how == AT_IF_FREE) {
+		p = (void *)syscall(SYS_mmap, at, size, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p == at)
+			return p;
+		if (p != MAP_FAILED) /* a kernel without MAP_FIXED_NOREPLACE */
+			syscall(SYS_munmap, p, size);
+	}
+	p = (void *)syscall(SYS_mmap, NULL, size, prot, flags, -1, 0);
+	if (p == MAP_FAILED)
+		die("mmap");
+	return p;
+}
+
+/* Leaves [b->p, +size) unmapped, whatever it was. */
+static void release(struct buf *b)
+{
+	if (b->from == FROM_SHM) {
+		if (syscall(SYS_shmdt, b->p) != 0)
+			die("shmdt");
+	} else if (syscall(SYS_munmap, b->p, size) != 0) {
+		die("munmap");
+	}
+}
+
+/* Replaces the memory under b, at the same address where the kind can. */
+static void replace(struct buf *b, enum kind k)
+{
+	void *tmp;
+	int id;
+
+	if (k == REUSE)
+		return;
+	if (b->from == FROM_MALLOC && k != FREE) {
+		/* The other kinds work on mappings of our own: start one. */
+		free(b->p);
+		b->p = raw_mmap(NULL, ANYWHERE);
+		b->from = FROM_MMAP;
+		return;
+	}
+	switch (k) {
+	case FREE:
+		if (b->from == FROM_MALLOC)
+			free(b->p);
+		else
+			release(b);
+		b->p = malloc(size);
+		if (!b->p)
+			die("malloc");
+		b->from = FROM_MALLOC;
+		break;
+	case MUNMAP:
+		release(b);
+		b->p = raw_mmap(b->p, AT_IF_FREE);
+		b->from = FROM_MMAP;
+		break;
+	case MAP_FIXED_OVER:
+		b->p = raw_mmap(b->p, OVER);
+		b->from = FROM_MMAP;
+		break;
+	case MREMAP:
+		tmp = raw_mmap(NULL, ANYWHERE);
+		if ((void *)syscall(SYS_mremap, b->p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED,
+				    tmp) != tmp)
+			die("mremap");
+		b->p = raw_mmap(b->p, AT_IF_FREE);
+		if (syscall(SYS_munmap, tmp, size) != 0)
+			die("munmap");
+		b->from = FROM_MMAP;
+		break;
+	case DONTNEED:
+		/* Frees private pages; a shared segment keeps its pages. */
+		if (syscall(SYS_madvise, b->p, size, MADV_DONTNEED) != 0)
+			die("madvise");
+		break;
+	case SHM:
+		id = shmget(IPC_PRIVATE, size, IPC_CREAT | 0600);
+		if (id < 0)
+			die("shmget");
+		if ((void *)syscall(SYS_shmat, id, b->p, SHM_REMAP) != b->p)
+			die("shmat");
+		shmctl(id, IPC_RMID, NULL); /* destroyed at the last detach */
+		b->from = FROM_SHM;
+		break;
+	case REUSE:
+	case NKINDS:
+		break;
+	}
+}
+
+static unsigned char pattern(int thread, int round, int from, size_t i)
+{
+	return (unsigned char)(thread * 59 + round * 37 + from * 101 + 1 + i * 7 + (i >> 12));
+}
+
+struct worker {
+	int thread, rank;
+	MPI_Comm comm;
+	int wrong[NKINDS]; /* rounds with a wrong byte, per kind */
+};
+
+static void *exchange(void *arg)
+{
+	struct worker *w = arg;
+	struct buf s = {NULL, FROM_MMAP}, r = {NULL, FROM_MMAP};
+	const int peer = 1 - w->rank;
+
+	s.p = raw_mmap(NULL, ANYWHERE);
+	r.p = raw_mmap(NULL, ANYWHERE);
+	for (int round = 0; round < rounds; round++) {
+		/* Both threads cycle through every kind, out of step. */
+		const enum kind k = (enum kind)((round + 3 * w->thread) % NKINDS);
+		size_t wrong = 0;
+
+		if (round >= NKINDS) { /* the first pass fills the cache */
+			replace(&s, k);
+			replace(&r, k);
+		}
+		for (size_t i = 0; i < size; i++)
+			s.p[i] = pattern(w->thread, round, w->rank, i);
+		memset(r.p, 0, size);
+		MPI_Sendrecv(s.p, (int)size, MPI_BYTE, peer, round, r.p, (int)size, MPI_BYTE, peer,
+			     round, w->comm, MPI_STATUS_IGNORE);
+		for (size_t i = 0; i < size; i++)
+			wrong += r.p[i] != pattern(w->thread, round, peer, i);
+		if (wrong) {
+			printf("mpi_unmap_storm: rank %d thread %d round %d (%s): %zu of %zu bytes "
+			       "wrong\n",
+			       w->rank, w->thread, round, kind_name[k], wrong, size);
+			w->wrong[k]++;
+		}
+		if (do_fork && w->thread == 0 && round % 4 == 3) {
+			pid_t pid;
+
+			if (system("true") != 0)
+				die("system");
+			pid = fork();
+			if (pid == 0)
+				_exit(0);
+			if (pid < 0 || waitpid(pid, NULL, 0) != pid)
+				die("fork");
+		}
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *expect = "correct";
+	int threads = 1, provided, rank, nranks;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strncmp(argv[i], "--size=", 7))
+			size = strtoul(argv[i] + 7, NULL, 0);
+		else if (!strncmp(argv[i], "--rounds=", 9))
+			rounds = atoi(argv[i] + 9);
+		else if (!strncmp(argv[i], "--threads=", 10))
+			threads = atoi(argv[i] + 10);
+		else if (!strcmp(argv[i], "--fork"))
+			do_fork = 1;
+		else if (!strncmp(argv[i], "--expect=", 9))
+			expect = argv[i] + 9;
+		else {
+			fprintf(stderr, "mpi_unmap_storm: unknown argument %s\n", argv[i]);
+			return 2;
+		}
+	}
+	if (threads < 1 || threads > 2 || rounds < 1 || size < 4096 || size % 4096 ||
+	    (strcmp(expect, "correct") && strcmp(expect, "corrupt"))) {
+		fprintf(stderr, "mpi_unmap_storm: bad arguments\n");
+		return 2;
+	}
+	MPI_Init_thread(&argc, &argv, threads > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
+			&provided);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	if (nranks != 2 || (threads > 1 && provided < MPI_THREAD_MULTIPLE)) {
+		if (rank == 0)
+			fprintf(stderr, "mpi_unmap_storm: needs 2 ranks%s\n",
+				threads > 1 ? " and MPI_THREAD_MULTIPLE" : "");
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	}
+
+	struct worker w[2];
+	pthread_t tid;
+
+	memset(w, 0, sizeof(w));
+	for (int t = 0; t < threads; t++) {
+		w[t].thread = t;
+		w[t].rank = rank;
+		MPI_Comm_dup(MPI_COMM_WORLD, &w[t].comm);
+	}
+	if (threads > 1 && pthread_create(&tid, NULL, exchange, &w[1]) != 0)
+		die("pthread_create");
+	exchange(&w[0]);
+	if (threads > 1)
+		pthread_join(tid, NULL);
+
+	int mine[NKINDS], total[NKINDS], sum = 0, ok = 1;
+
+	for (int k = 0; k < NKINDS; k++)
+		mine[k] = w[0].wrong[k] + w[1].wrong[k];
+	MPI_Reduce(mine, total, NKINDS, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+	if (rank == 0) {
+		char line[256];
+		size_t n = 0;
+
+		for (int k = 0; k < NKINDS; k++) {
+			sum += total[k];
+			n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s %d",
+					      k ? ", " : "", kind_name[k], total[k]);
+		}
+		const char *result = sum ? "corrupt" : "correct";
+
+		ok = !strcmp(result, expect);
+		printf("mpi_unmap_storm: %d rounds x %d thread(s) of %zu bytes each way%s; wrong "
+		       "rank-rounds: %s; result: %s (expected %s) %s\n",
+		       rounds, threads, size, do_fork ? ", fork and system()" : "", line, result,
+		       expect, ok ? "PASS" : "FAIL");
+		fflush(stdout);
+	}
+	MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	for (int t = 0; t < threads; t++)
+		MPI_Comm_free(&w[t].comm);
+	MPI_Finalize();
+	return ok ? 0 : 1;
+}
