@@ -273,6 +273,9 @@ static void mrn_user_put(struct mrn_user *user)
 		return;
 	hash_del(&user->node);
 	spin_unlock(&mrn_users_lock);
+	/* Every registration and context gave its charge back. */
+	WARN_ON_ONCE(atomic_long_read(&user->regs) ||
+		     atomic_long_read(&user->contexts));
 	kfree(user);
 }
 
