@@ -42,7 +42,7 @@ run() {
 	# shellcheck disable=SC2086
 	(cd "$d" && $launch -x LD_PRELOAD="$regcount" "$@" "$hpcc") >"$d/log" 2>&1
 	rc=$?
-	grep -v '^#' "$d/log" | grep -v '^$' | sed 's/^/    /'
+	grep -v '^#' "$d/log" | grep -v '^$'
 	[ $rc -eq 0 ] || { echo "hpcc-compare: the $name run exited $rc"; exit 1; }
 	out=$d/hpccoutf.txt
 	[ -r "$out" ] || { echo "hpcc-compare: the $name run wrote no hpccoutf.txt"; exit 1; }

@@ -18,9 +18,26 @@
 
 static atomic_ulong registrations, deregistrations;
 
+/*
+ * The real function. UCX loads libibverbs with dlopen(RTLD_LOCAL) (through
+ * its IB transport module), outside the global scope RTLD_NEXT searches:
+ * look it up in the library itself.
+ */
 static void *next(const char *name)
 {
-	return dlsym(RTLD_NEXT, name);
+	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *f = h ? dlsym(h, name) : NULL;
+
+	if (!f)
+		f = dlsym(RTLD_NEXT, name);
+	if (!f) {
+		static const char msg[] = "regcount: libibverbs not found\n";
+
+		if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0)
+			_exit(127);
+		_exit(127);
+	}
+	return f;
 }
 
 /* rdma-core's ibv_reg_mr() is a macro over these entry points (1.13+ UCX

@@ -29,7 +29,7 @@ run() {
 	# shellcheck disable=SC2086
 	$launch -x LD_PRELOAD="$regcount" "$@" "$sweep" >"$work/$name" 2>&1
 	rc=$?
-	grep -v '^mpi_sweep: [0-9]* bytes' "$work/$name" | grep -v '^$' | sed 's/^/    /'
+	grep -v '^mpi_sweep: [0-9]* bytes' "$work/$name" | grep -v '^$'
 	[ $rc -eq 0 ] || { echo "sweep-compare: the $name run exited $rc"; exit 1; }
 }
 regs() {
@@ -46,7 +46,10 @@ sed -n 's/^mpi_sweep: \([0-9]*\) bytes: latency \([0-9.]*\) us, bandwidth \([0-9
 sed -n 's/^mpi_sweep: \([0-9]*\) bytes: latency \([0-9.]*\) us, bandwidth \([0-9.]*\) MB\/s/\1 \2 \3/p' \
 	"$work/prefixed" >"$work/p.tab"
 paste -d' ' "$work/s.tab" "$work/p.tab" |
-	awk '{ printf "%10d %12.2f %12.2f %7.2f %12.1f %12.1f %7.2f\n", $1, $2, $5, $5 / $2, $3, $6, $6 / $3 }'
+	awk '{
+		lat = $2 > 0 ? $5 / $2 : 0; bw = $3 > 0 ? $6 / $3 : 0
+		printf "%10d %12.2f %12.2f %7.2f %12.2f %12.2f %7.2f\n", $1, $2, $5, lat, $3, $6, bw
+	}'
 s=$(regs stock) p=$(regs prefixed)
 echo "sweep-compare: registrations in all ranks: stock $s, prefixed $p"
 if [ "$p" -gt "$s" ]; then
