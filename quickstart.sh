@@ -31,7 +31,7 @@ packages=(
 	mmdebstrap
 	linux-source-6.1 bc flex bison libelf-dev libssl-dev
 	dpkg-dev debhelper dh-dkms lintian chrpath git
-	hpcc
+	hpcc trinity
 )
 
 say() { printf '\n== %s\n' "$*"; }

@@ -18,9 +18,7 @@
 #    spinlock and to leak a charge when REGISTER's allocation fails must be
 #    reported by the kernel log and by the fuzzer's leak check
 #    (kernel-results-debug-control).
-# Not yet: trinity (in the guest's read-only root it spends its time
-# regenerating its socket cache and did not finish 3,000 calls in five
-# minutes).
+#  - trinity with the device in its fd pool (tests/kernel/mrn_trinity.sh).
 # Pass: every program passes and the kernel log has no lockdep, KASAN,
 # KFENCE, BUG or WARNING report (run-in-guest.sh checks it).
 #
@@ -81,6 +79,7 @@ commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
 	guest/test_watch
 	"kernel/mrn_race_fuzz --ops $fuzz_ops --threads 4"
 	'kernel/mrn_race_fuzz --ops 20000 --threads 4 --fail-slab 5 --seed 2'
+	"sh $srcdir/tests/kernel/mrn_trinity.sh 20000"
 	"sh $srcdir/tests/kernel/mrn_unload.sh $ko")
 for c in "${commands[@]}"; do
 	b=${c%% *}
