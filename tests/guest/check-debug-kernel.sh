@@ -79,7 +79,8 @@ commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
 	guest/test_watch
 	"kernel/mrn_race_fuzz --ops $fuzz_ops --threads 4"
 	'kernel/mrn_race_fuzz --ops 20000 --threads 4 --fail-slab 5 --seed 2'
-	"sh $srcdir/tests/kernel/mrn_trinity.sh 20000"
+	# 20,000 calls took 904 s here (2026-11-30): CI runs fewer.
+	"sh $srcdir/tests/kernel/mrn_trinity.sh ${MRNOTIFY_TRINITY_CALLS:-5000}"
 	"sh $srcdir/tests/kernel/mrn_unload.sh $ko")
 for c in "${commands[@]}"; do
 	b=${c%% *}
@@ -89,13 +90,35 @@ for c in "${commands[@]}"; do
 	esac
 done
 t0=$(date +%s)
-nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
-	--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" --kernel-build "$DEBUG_BUILD" \
-	--module "$ko" --rxe --cwd "$t" --bind "$srcdir" --bind "$builddir" \
-	--kernel-arg slub_debug=A,mrn_reg,radix_tree_node --memory 3072 \
-	--numa-nodes 2 --kernel-arg numa_balancing=disable --test-timeout 2400 --timeout 5400 --quiet --results "$res" \
-	"${commands[@]}"
+run_lane() {
+	nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
+		--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" --kernel-build "$DEBUG_BUILD" \
+		--module "$ko" --rxe --cwd "$t" --bind "$srcdir" --bind "$builddir" \
+		--kernel-arg slub_debug=A,mrn_reg,radix_tree_node --memory 3072 \
+		--numa-nodes 2 --kernel-arg numa_balancing=disable --test-timeout 2400 \
+		--timeout 5400 --quiet --results "$res" "${commands[@]}"
+}
+# A report from the kernel's own boot, before the module is loaded, voids the
+# run: KASAN then turns lock debugging off for everything after it. Seen
+# about one boot in ten under TCG ("BUG: KASAN: wild-memory-access in
+# do_raw_spin_lock" from handle_edge_irq during cpu_detect, 2026-11-30).
+# Such a run is made again, once; a second one fails the lane.
+report_before_module() {
+	local first_report first_module
+	first_report=$(grep -n -m1 -E 'WARNING:|BUG:|KASAN:|KFENCE:|UBSAN:|lockdep is turned off' \
+		"$res/dmesg.txt" 2>/dev/null | cut -d: -f1)
+	first_module=$(grep -n -m1 'mrnotify' "$res/dmesg.txt" 2>/dev/null | cut -d: -f1)
+	[ -n "$first_report" ] && [ -n "$first_module" ] && [ "$first_report" -lt "$first_module" ]
+}
+run_lane
 rc=$?
+if [ "$(cat "$res/kernel-log" 2>/dev/null)" = bad ] && report_before_module; then
+	echo "$prog: the debug kernel reported a problem while booting, before mrnotify.ko was" \
+		"loaded (lock debugging is then off): booting again"
+	mv "$res/dmesg.txt" "$res/dmesg-void-boot.txt"
+	run_lane
+	rc=$?
+fi
 echo "$prog: guest $(($(date +%s) - t0)) s"
 # The negative control: the same module with a sleep under its notifier's
 # spinlock (MRN_NEGATIVE_CONTROL_MIGHT_SLEEP), which this kernel must report
