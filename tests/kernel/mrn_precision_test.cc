@@ -300,6 +300,26 @@ TEST_F(Precision, MadvCollapseInvalidatesEveryPage)
 	       n, moved, drained.size(), n, smaps_kb(a, "AnonHugePages"));
 }
 
+// Four touched pages, one registration each, page 3 pinned as ibv_reg_mr
+// pins: the setup of the migration tests.
+struct FourPagesLastPinned {
+	explicit FourPagesLastPinned(const Ctx &c) : m(4 * page_size())
+	{
+		EXPECT_NE(nullptr, m.get());
+		if (!m.get())
+			return;
+		m.touch();
+		EXPECT_TRUE(pin.ok());
+		EXPECT_EQ(0, pin.pin(m.get() + 3 * page_size(), page_size())) << strerror(errno);
+		ids = reg_pages(c, m.get(), 4);
+		before = pfns(m.get(), 4);
+	}
+	char *page(int i) const { return m.get() + i * page_size(); }
+	Map m;
+	PinReader pin;
+	std::vector<uint64_t> ids, before;
+};
+
 // Migration on one node: MADV_SOFT_OFFLINE moves a page to a new frame
 // (and retires the old one). A pinned page cannot be migrated.
 TEST_F(Precision, SoftOfflineMigrationInvalidatesThePage)
@@ -309,18 +329,16 @@ TEST_F(Precision, SoftOfflineMigrationInvalidatesThePage)
 #else
 	constexpr int kSoftOffline = MADV_SOFT_OFFLINE;
 #endif
-	Map m(4 * page_size());
-	ASSERT_NE(nullptr, m.get());
-	m.touch();
-	PinReader pin;
-	ASSERT_TRUE(pin.ok());
-	ASSERT_EQ(0, pin.pin(m.get() + 3 * page_size(), page_size())) << strerror(errno);
-	auto ids = reg_pages(c, m.get(), 4);
-	auto before = pfns(m.get(), 4);
-	if (madvise(m.get() + page_size(), page_size(), kSoftOffline) != 0)
+	FourPagesLastPinned f(c);
+	if (HasFailure())
+		return;
+	const auto &ids = f.ids;
+	const auto &before = f.before;
+	if (madvise(f.page(1), page_size(), kSoftOffline) != 0)
 		GTEST_SKIP() << "MADV_SOFT_OFFLINE: " << strerror(errno);
-	const int pinned_rc = madvise(m.get() + 3 * page_size(), page_size(), kSoftOffline);
-	auto after = pfns(m.get(), 4);
+	// errno now, before anything else can change it.
+	const int pinned_err = madvise(f.page(3), page_size(), kSoftOffline) == 0 ? 0 : errno;
+	auto after = pfns(f.page(0), 4);
 	Ids drained = c.drain_ids();
 	EXPECT_NE(before[1], after[1]) << "soft offline did not migrate the page";
 	EXPECT_TRUE(drained.count(ids[1])) << "the migrated page's registration is still clean";
@@ -328,7 +346,7 @@ TEST_F(Precision, SoftOfflineMigrationInvalidatesThePage)
 	EXPECT_EQ(before[3], after[3]) << "a long-term pinned page was migrated";
 	printf("soft offline: page 1 migrated, %zu of 4 registrations invalidated; pinned page 3: "
 	       "madvise %s, frame %s\n",
-	       drained.size(), pinned_rc == 0 ? "0" : strerror(errno),
+	       drained.size(), pinned_err == 0 ? "0" : strerror(pinned_err),
 	       before[3] == after[3] ? "kept" : "replaced");
 }
 
@@ -341,25 +359,22 @@ TEST_F(Precision, MovePagesToAnotherNode)
 		nodes += access(("/sys/devices/system/node/node" + std::to_string(i)).c_str(), F_OK) == 0;
 	if (nodes < 2)
 		GTEST_SKIP() << "one NUMA node: nothing to move to";
-	Map m(4 * page_size());
-	ASSERT_NE(nullptr, m.get());
-	m.touch();
-	PinReader pin;
-	ASSERT_TRUE(pin.ok());
-	ASSERT_EQ(0, pin.pin(m.get() + 3 * page_size(), page_size())) << strerror(errno);
-	auto ids = reg_pages(c, m.get(), 4);
-	auto before = pfns(m.get(), 4);
+	FourPagesLastPinned f(c);
+	if (HasFailure())
+		return;
+	const auto &ids = f.ids;
+	const auto &before = f.before;
 	void *pages[4];
 	int to[4], status[4];
 	for (int i = 0; i < 4; i++)
-		pages[i] = m.get() + i * page_size();
+		pages[i] = f.page(i);
 	// Where they are now (nodes == NULL: status gets each page's node).
 	ASSERT_EQ(0, syscall(SYS_move_pages, 0, 4, pages, nullptr, status, 0)) << strerror(errno);
 	for (int i = 0; i < 4; i++)
 		to[i] = status[i] == 0 ? 1 : 0;
 	ASSERT_GE(syscall(SYS_move_pages, 0, 4, pages, to, status, 2 /* MPOL_MF_MOVE */), 0)
 		<< strerror(errno);
-	auto after = pfns(m.get(), 4);
+	auto after = pfns(f.page(0), 4);
 	Ids drained = c.drain_ids();
 	EXPECT_EQ(3, pages_replaced(before, after) - (before[3] != after[3]))
 		<< "pages 0-2 should have moved";
