@@ -31,7 +31,7 @@ packages=(
 	mmdebstrap
 	linux-source-6.1 bc flex bison libelf-dev libssl-dev
 	dpkg-dev debhelper dh-dkms lintian chrpath git
-	hpcc trinity
+	hpcc trinity dropbear-bin
 )
 
 say() { printf '\n== %s\n' "$*"; }
@@ -77,6 +77,8 @@ run_tests() {
 	"$top/tools/sanitizer-check.sh" address "$build/sanitize-address" || status=1
 	say "guest tests (make check-guest: qemu, mrnotify.ko, Soft-RoCE)"
 	make check-guest || status=1
+	say "two nodes (make check-two-nodes: two guests on a private link, mpirun across both)"
+	make check-two-nodes || status=1
 	say "the module on Debian 11's 5.10 and Debian 13's 6.12 kernels (make check-kernels)"
 	# Their stacks are cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks};
 	# one that cannot be fetched is counted as skipped.
@@ -115,7 +117,7 @@ run_tests() {
 	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
 		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
 		"${mca_logs[@]}" tools/check/mrnotify-check.log \
-		tests/guest-results/[0-9]*.out \
+		tests/guest-results/[0-9]*.out tests/two-nodes-results/node[12]/[0-9]*.out \
 		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \
 		"${d13_logs[@]}" debian13/guest-results/[0-9]*.out debian13/status.log \
 		tests/install-results/host.log tests/install-results/host-checks.log \

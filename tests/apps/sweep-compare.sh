@@ -8,6 +8,9 @@
 # more often than stock on buffers that never change (a cache that misses).
 #
 #   sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX...
+#
+# SWEEP_ARGS (environment): arguments for MPI_SWEEP (--max=BYTES,
+# --iters=N), for a shorter sweep.
 set -u
 [ $# -ge 4 ] || { echo "usage: sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX..." >&2; exit 2; }
 regcount=$1 sweep=$2
@@ -25,9 +28,9 @@ trap 'rm -rf "$work"' EXIT
 run() {
 	name=$1
 	shift
-	echo "\$$launch -x LD_PRELOAD=$regcount $* $sweep"
+	echo "\$$launch -x LD_PRELOAD=$regcount $* $sweep ${SWEEP_ARGS:-}"
 	# shellcheck disable=SC2086
-	$launch -x LD_PRELOAD="$regcount" "$@" "$sweep" >"$work/$name" 2>&1
+	$launch -x LD_PRELOAD="$regcount" "$@" "$sweep" ${SWEEP_ARGS:-} >"$work/$name" 2>&1
 	rc=$?
 	grep -v '^mpi_sweep: [0-9]* bytes' "$work/$name" | grep -v '^$'
 	[ $rc -eq 0 ] || { echo "sweep-compare: the $name run exited $rc"; exit 1; }

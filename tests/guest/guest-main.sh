@@ -55,7 +55,7 @@ if [ "$MRN_RXE" = 1 ]; then
 	done
 	ip link set lo up
 	for i in $(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
-	ip addr add 10.0.2.15/24 dev eth0 || setup_fail "no eth0"
+	ip addr add "$MRN_IP/24" dev eth0 || setup_fail "no eth0"
 	ip link set eth0 up || setup_fail "cannot bring up eth0"
 	rdma link add rxe0 type rxe netdev eth0 || setup_fail "rdma link add rxe0 failed"
 	for i in $(seq 100); do
@@ -64,6 +64,8 @@ if [ "$MRN_RXE" = 1 ]; then
 	done
 	ibv_devices 2>/dev/null | grep -qw rxe0 || setup_fail "rxe0 did not appear"
 fi
+
+[ -z "$MRN_HOSTNAME" ] || hostname "$MRN_HOSTNAME" || setup_fail "cannot set the host name"
 
 # mrnotify.ko's counters are in debugfs (the kernel tests read them).
 mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug ||

@@ -1,0 +1,115 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# The guest side of make check-two-nodes (check-two-nodes.sh boots the two
+# guests): each guest has its own kernel, mrnotify.ko and rxe0, on a private
+# link between them. Open MPI's rsh launcher reaches the second guest
+# through dropbear (Debian's dropbear-bin), which works offline.
+#
+#   two-nodes.sh serve KEYDIR       on node 2: run dropbear until told to stop
+#   two-nodes.sh connect KEYDIR PEER
+#                                   on node 1: wait for the peer's dropbear,
+#                                   then check that mpirun puts one rank on
+#                                   each node
+#   two-nodes.sh mpi PEER CMD...    on node 1: run CMD with mpirun's jobs
+#                                   spread over both nodes (MRN_MPI_HOSTS)
+#   two-nodes.sh stop PEER          on node 1: show the peer's mrnotify.ko
+#                                   counters, fail unless they moved, then
+#                                   stop the peer
+#
+# KEYDIR holds host_key and client_key (dropbearkey), and their public
+# halves host_key.pub and client_key.pub.
+set -u
+prog=two-nodes.sh
+stop_flag=/var/tmp/mrn-two-nodes-stop
+die() { echo "$prog: $*" >&2; exit 1; }
+
+my_address() {
+	ip -4 -o addr show dev eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p' | head -n 1
+}
+
+# Open MPI's launcher and its out-of-band channel over the link.
+mpi_env() {
+	export OMPI_MCA_plm_rsh_agent=dbclient
+	export OMPI_MCA_oob_tcp_if_include=eth0 OMPI_MCA_btl_tcp_if_include=eth0
+	export MRN_MPI_HOSTS="$(my_address),$1"
+}
+
+on_peer() { # PEER COMMAND
+	dbclient "$1" "$2"
+}
+
+cmd=${1-}
+[ $# -gt 0 ] && shift
+case $cmd in
+serve)
+	[ $# -eq 1 ] || die "usage: $prog serve KEYDIR"
+	keys=$1
+	# dropbear refuses keys under a home or .ssh others can write to, and
+	# the guest's /root is a tmpfs of mode 1777.
+	chmod 700 /root && mkdir -p -m 700 /root/.ssh &&
+		cp "$keys/client_key.pub" /root/.ssh/authorized_keys &&
+		chmod 600 /root/.ssh/authorized_keys || die "cannot set up /root/.ssh"
+	# -s: keys only, no passwords; -F -E: in the foreground, logging here.
+	dropbear -F -E -s -p 22 -r "$keys/host_key" >/var/tmp/dropbear.log 2>&1 &
+	pid=$!
+	waited=0
+	limit=${MRN_TWO_NODES_WAIT:-2400}
+	while [ ! -e $stop_flag ] && [ $waited -lt "$limit" ]; do
+		kill -0 $pid 2>/dev/null || { cat /var/tmp/dropbear.log; die "dropbear exited"; }
+		sleep 2
+		waited=$((waited + 2))
+	done
+	kill $pid 2>/dev/null
+	logins=$(grep -c "auth succeeded" /var/tmp/dropbear.log)
+	echo "$prog: node $(hostname) served $logins login(s) in ${waited} s"
+	[ -e $stop_flag ] || die "node 1 never said stop within ${limit} s"
+	;;
+connect)
+	[ $# -eq 2 ] || die "usage: $prog connect KEYDIR PEER"
+	keys=$1 peer=$2
+	chmod 700 /root && mkdir -p -m 700 /root/.ssh &&
+		cp "$keys/client_key" /root/.ssh/id_dropbear &&
+		chmod 600 /root/.ssh/id_dropbear &&
+		echo "$peer $(cat "$keys/host_key.pub")" >/root/.ssh/known_hosts ||
+		die "cannot set up /root/.ssh"
+	# The peer boots alongside this guest: wait for its dropbear.
+	waited=0
+	until out=$(on_peer "$peer" hostname 2>&1); do
+		[ $waited -lt 600 ] || die "no login on $peer within 600 s: $out"
+		sleep 5
+		waited=$((waited + 5))
+	done
+	echo "$prog: logged in to $out ($peer) after ${waited} s"
+	mpi_env "$peer"
+	# One rank on each node, or the later cases prove nothing.
+	names=$(mpirun --allow-run-as-root --host "$MRN_MPI_HOSTS" -np 2 --map-by node hostname 2>&1)
+	echo "$names"
+	echo "$names" | grep -qx "$(hostname)" && echo "$names" | grep -qx "$out" ||
+		die "mpirun did not place a rank on $(hostname) and one on $out"
+	;;
+mpi)
+	[ $# -ge 2 ] || die "usage: $prog mpi PEER CMD..."
+	mpi_env "$1"
+	shift
+	exec "$@"
+	;;
+stop)
+	[ $# -eq 1 ] || die "usage: $prog stop PEER"
+	peer=$1
+	status=0
+	# The peer's kernel did our cache's work for its rank: its counters of
+	# registrations invalidated and drained moved.
+	counters=$(on_peer "$peer" 'cd /sys/kernel/debug/mrnotify && grep . invalidated drained contexts registrations') ||
+		{ echo "$prog: cannot read mrnotify.ko's counters on $peer"; status=1; }
+	echo "$prog: mrnotify.ko on $peer: $(echo "$counters" | tr '\n' ' ')"
+	for c in invalidated drained; do
+		n=$(echo "$counters" | sed -n "s/^$c:\([0-9]*\)$/\1/p")
+		[ "${n:-0}" -gt 0 ] || { echo "$prog: $c is ${n:-missing} on $peer"; status=1; }
+	done
+	on_peer "$peer" "touch $stop_flag" || { echo "$prog: cannot stop $peer"; status=1; }
+	exit $status
+	;;
+*)
+	die "usage: $prog serve|connect|mpi|stop ..."
+	;;
+esac
