@@ -7,7 +7,8 @@
 #                          Soft-RoCE, and show the cache at work
 #   ./quickstart.sh test   build and run every test: unit tests on the host
 #                          (also under ThreadSanitizer and AddressSanitizer),
-#                          the guest tests (module + rxe), the module's own
+#                          the guest tests (module + rxe), two guests as two
+#                          nodes with mpirun across them, the module's own
 #                          tests on Debian 11's and 13's kernels and on a
 #                          debug kernel, the whole project on Debian 13
 #                          (Open MPI 5.0.7), the packages installed into a
