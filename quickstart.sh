@@ -32,7 +32,7 @@ packages=(
 	mmdebstrap
 	linux-source-6.1 bc flex bison libelf-dev libssl-dev
 	dpkg-dev debhelper dh-dkms lintian chrpath git
-	hpcc trinity dropbear-bin
+	hpcc lammps lammps-examples trinity dropbear-bin
 )
 
 say() { printf '\n== %s\n' "$*"; }

@@ -16,13 +16,8 @@ set -u
 [ $# -ge 3 ] || { echo "usage: hpcc-compare.sh REGCOUNT.so LAUNCH... -- PREFIX..." >&2; exit 2; }
 regcount=$1
 shift
-launch=
-while [ $# -gt 0 ] && [ "$1" != -- ]; do
-	launch="$launch $1"
-	shift
-done
-[ $# -gt 0 ] && shift
-prefix="$*"
+. "$(dirname "$0")/compare-lib.sh"
+split_launch "$@"
 hpcc=$(command -v hpcc) || { echo "hpcc-compare: no hpcc (Debian package hpcc)"; exit 77; }
 example=/usr/share/doc/hpcc/examples/_hpccinf.txt
 [ -r "$example" ] || { echo "hpcc-compare: no $example"; exit 77; }
@@ -54,8 +49,7 @@ run() {
 		grep -c 'Solution Validates' "$out" | sed 's/^/STREAM validations: /'
 	} >"$d/verify"
 	sed 's/^/    verify: /' "$d/verify"
-	regs=$(sed -n 's/^regcount: pid [0-9]*: \([0-9]*\) registrations.*/\1/p' "$d/log" |
-		awk '{ s += $1 } END { print s + 0 }')
+	regs=$(regs_in "$d/log")
 	echo "hpcc-compare: $name: $regs registrations in all ranks"
 	eval "${name}_regs=$regs"
 	grep -q '^Success=1$' "$d/verify" &&

@@ -15,12 +15,8 @@ set -u
 [ $# -ge 4 ] || { echo "usage: sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX..." >&2; exit 2; }
 regcount=$1 sweep=$2
 shift 2
-launch=
-while [ $# -gt 0 ] && [ "$1" != -- ]; do
-	launch="$launch $1"
-	shift
-done
-[ $# -gt 0 ] && shift
+. "$(dirname "$0")/compare-lib.sh"
+split_launch "$@"
 work=$(mktemp -d) || exit 2
 trap 'rm -rf "$work"' EXIT
 
@@ -35,14 +31,10 @@ run() {
 	grep -v '^mpi_sweep: [0-9]* bytes' "$work/$name" | grep -v '^$'
 	[ $rc -eq 0 ] || { echo "sweep-compare: the $name run exited $rc"; exit 1; }
 }
-regs() {
-	sed -n 's/^regcount: pid [0-9]*: \([0-9]*\) registrations.*/\1/p' "$work/$1" |
-		awk '{ s += $1 } END { print s + 0 }'
-}
 
 run stock
-# shellcheck disable=SC2068
-run prefixed "$@"
+# shellcheck disable=SC2086
+run prefixed $prefix
 printf '%10s %12s %12s %7s %12s %12s %7s\n' bytes "stock us" "ours us" ratio "stock MB/s" "ours MB/s" ratio
 sed -n 's/^mpi_sweep: \([0-9]*\) bytes: latency \([0-9.]*\) us, bandwidth \([0-9.]*\) MB\/s/\1 \2 \3/p' \
 	"$work/stock" >"$work/s.tab"
@@ -53,7 +45,7 @@ paste -d' ' "$work/s.tab" "$work/p.tab" |
 		lat = $2 > 0 ? $5 / $2 : 0; bw = $3 > 0 ? $6 / $3 : 0
 		printf "%10d %12.2f %12.2f %7.2f %12.2f %12.2f %7.2f\n", $1, $2, $5, lat, $3, $6, bw
 	}'
-s=$(regs stock) p=$(regs prefixed)
+s=$(regs_in "$work/stock") p=$(regs_in "$work/prefixed")
 echo "sweep-compare: registrations in all ranks: stock $s, prefixed $p"
 if [ "$p" -gt "$s" ]; then
 	echo "sweep-compare: the prefixed run registered more often than stock on unchanging buffers"

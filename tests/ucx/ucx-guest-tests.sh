@@ -13,8 +13,8 @@
 # checks, which must miss UCP's inlined cache hits (the negative control of
 # those checks); its cases are listed only when it is given.
 # Groups: cache xfer smoke thp mpi apps bench (bench: figures, not
-# pass/fail). apps: hpcc (Debian's package) with stock UCX and with the
-# plugin, which must pass the same verifications (tests/apps/).
+# pass/fail). apps: hpcc and LAMMPS (Debian's packages) with stock UCX and
+# with the plugin, which must give the same results (tests/apps/).
 # smoke: tcp and shared memory move data by virtual address and pin
 # nothing, so a stale registration cannot corrupt their data: these cases
 # only show that transfers work with the plugin, through its caches.
@@ -137,6 +137,7 @@ mpi.pml_ucx_rc_plugin|mpi|ranges2|$MPIRUN $PLUGIN $MPI --expect=correct
 mpi.pml_ucx_rc_storm_plugin|mpi|ranges2|$MPIRUN $PLUGIN $STORM --expect=correct
 mpi.pml_ucx_rc_storm_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $STORM --expect=corrupt
 apps.hpcc_plugin_same_as_stock|mpi|plugin|sh $here/../apps/hpcc-compare.sh $REGCOUNT $MPIRUN -- $PLUGIN
+apps.lammps_plugin_same_as_stock|mpi|plugin|sh $here/../apps/lammps-compare.sh $REGCOUNT $MPIRUN -- $PLUGIN
 bench.rcache_hit|-|-|$run --enable=yes $BENCH --regions=1,1024,65536
 bench.mpi_sweep_plugin_vs_stock|mpi|plugin|$SWEEP_ENV sh $here/../apps/sweep-compare.sh $REGCOUNT $bin/../apps/mpi_sweep $MPIRUN -- $PLUGIN
 "
