@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -126,6 +127,8 @@ public:
 	Region(const Region &) = delete;
 	Region &operator=(const Region &) = delete;
 	char *at(size_t off) const { return base_ + off; }
+	size_t offset(const char *p) const { return static_cast<size_t>(p - base_); }
+	size_t size() const { return len_; }
 
 private:
 	size_t len_;
@@ -264,11 +267,31 @@ double run(C &c, const Pattern &p, int reps, bool warm)
 
 int usage(const char *argv0)
 {
-	std::printf("usage: %s [--quick] [--monitor test|kernel|uffd|none|auto]\n"
+	std::printf("usage: %s [--quick] [--monitor test|kernel|uffd|none|auto] [--dump FILE]\n"
 		    "libmrnotify through its C API against UCX's ucs_rcache on MPI-like\n"
-		    "access patterns, in the same run (ns per get + put).\n",
+		    "access patterns, in the same run (ns per get + put).\n"
+		    "--dump: write the patterns' requests to FILE and time nothing, for\n"
+		    "replaying them through Open MPI's rcache API (grdma and the component:\n"
+		    "tests/mca/rcache_api_test patterns).\n",
 		    argv0);
 	return 2;
+}
+
+// One pattern, for a program that replays it: a header line
+// "pattern NAME REGION_BYTES WARM PREFILLS REQUESTS", then one
+// "OFFSET LENGTH" line per prefill and per request, offsets from the
+// region's start. WARM 1: one untimed pass of the requests before timing;
+// 0: the prefills instead, and one timed pass (the pattern's misses count).
+bool dump(FILE *f, const Pattern &p, bool warm)
+{
+	if (std::fprintf(f, "pattern %s %zu %d %zu %zu\n", p.name, p.region->size(), warm ? 1 : 0,
+			 p.prefill.size(), p.requests.size()) < 0)
+		return false;
+	for (const auto *list : {&p.prefill, &p.requests})
+		for (const Request &r : *list)
+			if (std::fprintf(f, "%zu %zu\n", p.region->offset(r.addr), r.len) < 0)
+				return false;
+	return true;
 }
 
 } // namespace
@@ -276,10 +299,13 @@ int usage(const char *argv0)
 int main(int argc, char **argv)
 {
 	bool quick = false;
+	const char *dump_to = nullptr;
 	mrn_monitor_t monitor = MRN_MONITOR_TEST_NO_INVALIDATION;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick")) {
 			quick = true;
+		} else if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
+			dump_to = argv[++i];
 		} else if (!strcmp(argv[i], "--monitor") && i + 1 < argc) {
 			const char *m = argv[++i];
 			if (!strcmp(m, "test"))
@@ -300,6 +326,20 @@ int main(int argc, char **argv)
 		patterns.push_back(overlapping(n, rng));
 		patterns.push_back(sliding(n));
 		patterns.push_back(mpi_like(n, rng));
+		if (dump_to) {
+			FILE *f = std::fopen(dump_to, "w");
+			bool ok = f != nullptr;
+			for (const Pattern &p : patterns)
+				ok = ok && dump(f, p, strcmp(p.name, "mpi-like") != 0);
+			if (f && std::fclose(f) != 0)
+				ok = false;
+			if (!ok) {
+				std::fprintf(stderr, "capi_bench: cannot write %s: %s\n", dump_to,
+					     std::strerror(errno));
+				return 1;
+			}
+			return 0;
+		}
 		{
 			Ucs probe;
 			std::printf(

@@ -1,8 +1,10 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
 # mrnotify.ko loaded (tests/guest/run-in-guest.sh --module .../mrnotify.ko).
 #
-#   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe ...]   (default: api rxe mpi)
+#   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe|patterns ...]   (default: api rxe mpi)
 #
+#   patterns  (figures, make bench-guest) bench/capi_bench's access patterns
+#         replayed through grdma and the component, kernel monitor
 #   api   rcache_api_test with monitor kernel: semantics, grdma's stale
 #         registration versus ours (pagemap oracle), threads, the benchmark
 #   mpi   mpirun -np 2 over ob1 + btl/ofi (sockets) with our cache in place
@@ -157,6 +159,28 @@ run_demo() {
 	sed -n 's/^mpi_rcache_test: \(rank [0-9]* ok.*\)/   \1/p; s/^\(.* stats cache=.*\)/   \1/p' "$OUT"
 }
 
+# Figures, not a test (make bench-guest): bench/capi_bench's access
+# patterns replayed through grdma and the component (kernel monitor), the
+# same callbacks for both.
+run_patterns() {
+	capi=${MCA_BUILDDIR%/mca}/bench/capi_bench
+	if [ ! -x "$capi" ]; then
+		skip "patterns: $capi was not built (needs UCX)"
+		return
+	fi
+	pat=$(mktemp /var/tmp/mrn-patterns.XXXXXX) || { fail "patterns: mktemp"; return; }
+	if "$capi" --quick --dump "$pat"; then
+		MRN_PATTERNS_FILE=$pat OMPI_MCA_rcache_mrnotify_monitor=kernel api patterns >"$OUT" 2>&1
+		rc=$?
+		grep -v '^rcache mrnotify\|^\[' "$OUT" | sed -n '/^# access/,/^# rcache_api_test/p'
+		[ $rc -eq 0 ] && pass "patterns replayed through grdma and mrnotify (kernel monitor)" ||
+			fail "rcache_api_test patterns exited $rc"
+	else
+		fail "capi_bench --dump failed"
+	fi
+	rm -f "$pat"
+}
+
 [ $# -eq 0 ] && set -- api rxe mpi
 for what in "$@"; do
 	case $what in
@@ -164,6 +188,7 @@ for what in "$@"; do
 	rxe) run_rxe ;;
 	mpi) run_mpi ;;
 	probe) run_probe ;;	# exits
+	patterns) run_patterns ;;
 	demo) run_demo; rc=$?; restore_vm; exit $rc ;;
 	*) echo "guest.sh: unknown: $what"; exit 2 ;;
 	esac

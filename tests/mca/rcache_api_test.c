@@ -20,6 +20,8 @@
  *   bench        the registration hit path of grdma and mrnotify, same
  *                callbacks, 1e2 / 1e3 / 1e4 cached entries, random order;
  *                prints hit_speedup_vs_grdma=<lowest ratio> last
+ *   patterns     bench/capi_bench's access patterns (its --dump file, named by
+ *                MRN_PATTERNS_FILE) through grdma and mrnotify, same callbacks
  *   both         (both builds in the component path) caches of each, created,
  *                used and destroyed twice: each keeps to its own code
  *   create       creating the cache succeeds (for checks of its messages)
@@ -1055,6 +1057,131 @@ static void bench(void)
 	hit_speedup = lowest;
 }
 
+/* --- access patterns ------------------------------------------------------------------ */
+
+/*
+ * The access patterns of bench/capi_bench (its --dump file, named by
+ * MRN_PATTERNS_FILE), replayed through Open MPI's rcache API into grdma and
+ * into the component, with the same callbacks: ns per register +
+ * deregister and how many times each called its register function.
+ */
+struct pattern {
+	char name[32];
+	size_t bytes, nprefill, nreq;
+	int warm;
+	size_t (*req)[2]; /* offset, length: the prefills, then the requests */
+};
+
+static int read_pattern(FILE *f, struct pattern *p)
+{
+	if (fscanf(f, " pattern %31s %zu %d %zu %zu", p->name, &p->bytes, &p->warm, &p->nprefill,
+		   &p->nreq) != 5)
+		return 0;
+	if (p->nprefill > 10000000 || p->nreq > 10000000 || p->bytes > ((size_t)1 << 40))
+		return -1;
+	p->req = malloc((p->nprefill + p->nreq + 1) * sizeof(*p->req));
+	if (!p->req)
+		return -1;
+	for (size_t i = 0; i < p->nprefill + p->nreq; i++)
+		if (fscanf(f, "%zu %zu", &p->req[i][0], &p->req[i][1]) != 2 ||
+		    p->req[i][0] > p->bytes || p->req[i][1] > p->bytes - p->req[i][0] ||
+		    p->req[i][1] == 0) {
+			free(p->req);
+			return -1;
+		}
+	return 1;
+}
+
+/* One pass over requests [from, to); -1 if a register failed. */
+static int replay(mca_rcache_base_module_t *m, unsigned char *base, const struct pattern *p,
+		  size_t from, size_t to)
+{
+	for (size_t i = from; i < to; i++) {
+		mca_rcache_base_registration_t *reg;
+
+		if (m->rcache_register(m, base + p->req[i][0], p->req[i][1], 0,
+				       MCA_RCACHE_ACCESS_ANY, &reg) != OPAL_SUCCESS)
+			return -1;
+		m->rcache_deregister(m, reg);
+	}
+	return 0;
+}
+
+/* ns per request as capi_bench times it; -1 on failure. */
+static double time_pattern(const char *component, const struct pattern *p, long *regs)
+{
+	struct ctx c = {.name = component};
+	mca_rcache_base_module_t *m = create(component, "patterns", &c);
+	const size_t all = p->nprefill + p->nreq;
+	double best = 1e30;
+	unsigned char *base;
+
+	if (!m)
+		return -1;
+	base = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (base == MAP_FAILED) {
+		mca_rcache_base_module_destroy(m);
+		return -1;
+	}
+	if (replay(m, base, p, p->warm ? p->nprefill : 0, p->warm ? all : p->nprefill) < 0)
+		best = -1;
+	for (int r = 0; best >= 0 && r < (p->warm ? 3 : 1); r++) {
+		double t0 = now_ns(), ns;
+
+		if (replay(m, base, p, p->nprefill, all) < 0) {
+			best = -1;
+			break;
+		}
+		ns = (now_ns() - t0) / (double)p->nreq;
+		if (ns < best)
+			best = ns;
+	}
+	*regs = c.regs;
+	/* The cache goes before its memory: no invalidation is timed. */
+	mca_rcache_base_module_destroy(m);
+	munmap(base, p->bytes);
+	return best;
+}
+
+static void patterns(void)
+{
+	const char *path = getenv("MRN_PATTERNS_FILE");
+	FILE *f = path ? fopen(path, "r") : NULL;
+	struct pattern p;
+	int rc, n = 0;
+
+	if (!f) {
+		result(0, "patterns", "MRN_PATTERNS_FILE (capi_bench --dump FILE) is %s",
+		       path ? "not readable" : "not set");
+		return;
+	}
+	printf("# access patterns through the rcache API (register + deregister), ns per "
+	       "request\n");
+	printf("# %-12s %10s %12s %12s %8s %12s %12s\n", "pattern", "requests", "grdma ns",
+	       "mrnotify ns", "speedup", "grdma regs", "our regs");
+	while ((rc = read_pattern(f, &p)) > 0) {
+		long rg = 0, rm = 0;
+		const double tg = time_pattern("grdma", &p, &rg);
+		const double tm = time_pattern("mrnotify", &p, &rm);
+
+		free(p.req);
+		if (tg < 0 || tm < 0) {
+			result(0, "patterns", "%s: %s failed", p.name, tg < 0 ? "grdma" : "mrnotify");
+			fclose(f);
+			return;
+		}
+		printf("# %-12s %10zu %12.1f %12.1f %7.2fx %12ld %12ld\n", p.name, p.nreq, tg, tm,
+		       tg / tm, rg, rm);
+		n++;
+	}
+	fclose(f);
+	if (rc == 0 && n > 0)
+		result(1, "patterns: every pattern replayed through both caches", NULL);
+	else
+		result(0, "patterns", rc < 0 ? "%s is malformed" : "%s has no pattern", path);
+}
+
 /* --- both builds in one process ------------------------------------------------ */
 
 /*
@@ -1163,6 +1290,8 @@ int main(int argc, char **argv)
 			bench();
 		else if (!strcmp(modes[i], "both"))
 			both();
+		else if (!strcmp(modes[i], "patterns"))
+			patterns();
 		else if (!strcmp(modes[i], "create")) {
 			struct ctx c = {.name = "create"};
 			mca_rcache_base_module_t *m = create("mrnotify", "create", &c);
