@@ -111,6 +111,17 @@ int fill_and_drain(const MemCgroup &cg, Outcome *o)
 	if (!c.ok() || !m.get())
 		return 2;
 	m.touch();
+	// What the drain below needs from user memory is taken now, before the
+	// cgroup is full: at the limit a page fault for a new heap page cannot
+	// fail with ENOMEM and wakes the OOM killer instead (the likely cause
+	// of one run whose child was killed). One empty drain warms the heap
+	// for drain_once's own buffer.
+	std::vector<mrn_dirty_entry> batch;
+	batch.reserve(256);
+	bool more = true;
+	if (c.drain_once(&batch, 256, &more) != 0)
+		return 3;
+	batch.clear();
 	for (long i = 0; i < (4L << 20); i++) {
 		int64_t id = c.reg(m.get(), m.size(), static_cast<uint64_t>(i));
 		if (id < 0) {
@@ -124,8 +135,7 @@ int fill_and_drain(const MemCgroup &cg, Outcome *o)
 	o->generation = c.gen();
 	// Small batches, each freed before the next: a cgroup at its limit must
 	// still be able to drain.
-	std::vector<mrn_dirty_entry> batch;
-	bool more = true;
+	more = true;
 	while (more) {
 		batch.clear();
 		if (c.drain_once(&batch, 256, &more) != 0)
