@@ -111,13 +111,15 @@ int fill_and_drain(const MemCgroup &cg, Outcome *o)
 	if (!c.ok() || !m.get())
 		return 2;
 	m.touch();
-	// What the drain below needs from user memory is taken now, before the
-	// cgroup is full: at the limit a page fault for a new heap page cannot
-	// fail with ENOMEM and wakes the OOM killer instead (the likely cause
-	// of one run whose child was killed). One empty drain warms the heap
-	// for drain_once's own buffer.
-	std::vector<mrn_dirty_entry> batch;
-	batch.reserve(256);
+	// What the drain below needs from user memory is written now, before
+	// the cgroup is full: at the limit a page fault for a new page (a heap
+	// page, or one still shared copy-on-write with the parent) cannot fail
+	// with ENOMEM and wakes the OOM killer instead (the likely cause of one
+	// run whose child was killed). The batch is written whole, and one
+	// empty drain writes drain_once's own buffer, which later drains get
+	// back from malloc.
+	std::vector<mrn_dirty_entry> batch(256);
+	batch.clear();
 	bool more = true;
 	if (c.drain_once(&batch, 256, &more) != 0)
 		return 3;
