@@ -22,3 +22,26 @@ regs_in() {
 	sed -n 's/^regcount: pid [0-9]*: \([0-9]*\) registrations.*/\1/p' "$1" |
 		awk '{ s += $1 } END { print s + 0 }'
 }
+
+# make_work: a scratch folder in $work, removed at exit.
+make_work() {
+	work=$(mktemp -d) || exit 2
+	trap 'rm -rf "$work"' EXIT
+}
+
+# same_and_registered TOOL FILE WHAT: after "run stock" and "run
+# prefixed", $work/stock/FILE and $work/prefixed/FILE (WHAT: the results
+# compared) must be the same, and the prefixed run must have registered
+# memory ($prefixed_regs, set by the caller's run); exits 1 otherwise.
+same_and_registered() {
+	if ! cmp -s "$work/stock/$2" "$work/prefixed/$2"; then
+		echo "$1: $3 differ:"
+		diff "$work/stock/$2" "$work/prefixed/$2"
+		exit 1
+	fi
+	# shellcheck disable=SC2154 # set by the caller's run() through eval
+	if [ "$prefixed_regs" -eq 0 ]; then
+		echo "$1: the prefixed run registered nothing (no RDMA transport in use?)"
+		exit 1
+	fi
+}

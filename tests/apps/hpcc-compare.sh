@@ -22,8 +22,7 @@ hpcc=$(command -v hpcc) || { echo "hpcc-compare: no hpcc (Debian package hpcc)";
 example=/usr/share/doc/hpcc/examples/_hpccinf.txt
 [ -r "$example" ] || { echo "hpcc-compare: no $example"; exit 77; }
 
-work=$(mktemp -d) || exit 2
-trap 'rm -rf "$work"' EXIT
+make_work
 
 # run NAME PREFIX...: hpcc in $work/NAME; prints its verifications.
 run() {
@@ -61,14 +60,5 @@ run() {
 run stock
 # shellcheck disable=SC2086
 run prefixed $prefix
-if ! cmp -s "$work/stock/verify" "$work/prefixed/verify"; then
-	echo "hpcc-compare: the verification figures differ:"
-	diff "$work/stock/verify" "$work/prefixed/verify"
-	exit 1
-fi
-# shellcheck disable=SC2154 # set by run() through eval
-if [ "$prefixed_regs" -eq 0 ]; then
-	echo "hpcc-compare: the prefixed run registered nothing (no RDMA transport in use?)"
-	exit 1
-fi
+same_and_registered hpcc-compare verify "the verification figures"
 echo "hpcc-compare: same verifications; registrations: stock $stock_regs, prefixed $prefixed_regs"

@@ -23,8 +23,7 @@ lmp=$(command -v lmp) || { echo "lammps-compare: no lmp (Debian package lammps)"
 example=/usr/share/lammps/examples/melt/in.melt
 [ -r "$example" ] || { echo "lammps-compare: no $example (Debian package lammps-examples)"; exit 77; }
 
-work=$(mktemp -d) || exit 2
-trap 'rm -rf "$work"' EXIT
+make_work
 
 # run NAME PREFIX...: the melt in $work/NAME; keeps its thermo lines.
 run() {
@@ -53,14 +52,5 @@ run() {
 run stock
 # shellcheck disable=SC2086
 run prefixed $prefix
-if ! cmp -s "$work/stock/thermo" "$work/prefixed/thermo"; then
-	echo "lammps-compare: the thermodynamic output differs:"
-	diff "$work/stock/thermo" "$work/prefixed/thermo"
-	exit 1
-fi
-# shellcheck disable=SC2154 # set by run() through eval
-if [ "$prefixed_regs" -eq 0 ]; then
-	echo "lammps-compare: the prefixed run registered nothing (no RDMA transport in use?)"
-	exit 1
-fi
+same_and_registered lammps-compare thermo "the thermodynamic outputs"
 echo "lammps-compare: same thermodynamic output at $(wc -l <"$work/stock/thermo") steps; registrations: stock $stock_regs, prefixed $prefixed_regs"

@@ -17,8 +17,7 @@ regcount=$1 sweep=$2
 shift 2
 . "$(dirname "$0")/compare-lib.sh"
 split_launch "$@"
-work=$(mktemp -d) || exit 2
-trap 'rm -rf "$work"' EXIT
+make_work
 
 # run NAME PREFIX...
 run() {
