@@ -202,6 +202,9 @@ struct mrn_stats {
 	uint64_t merges;               /* misses that merged overlapping entries into one */
 	uint64_t drain_failures;       /* drains that failed (everything idle was dropped) */
 	uint64_t fork_advice_failures; /* MADV_DONTFORK failed or was out of budget */
+	/* Added later: callers built without them pass a smaller size (see below). */
+	uint64_t uffd_ranges;        /* now: userfaultfd registrations that may split a mapping */
+	uint64_t uffd_out_of_budget; /* registrations uncached: uffd_ranges at its bound */
 };
 
 /*
@@ -215,9 +218,14 @@ struct mrn_stats {
 	X(hits)                                                                                    \
 	X(misses) X(access_upgrades) X(evictions) X(invalidations) X(drains) X(retries)            \
 		X(register_failures) X(pinned_bytes) X(entries) X(idle_entries) X(in_use_detached) \
-			X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)
+			X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)            \
+				X(uffd_ranges) X(uffd_out_of_budget)
 
-/* Fills *stats (size: sizeof(struct mrn_stats)). 0 or -EINVAL. */
+/*
+ * Fills *stats. size is sizeof(struct mrn_stats) as the caller was built;
+ * a caller built against an older header, with fewer fields, gets those.
+ * 0 or -EINVAL.
+ */
 int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size);
 
 /* Writes the statistics as text, one line, to stderr. */

@@ -2,6 +2,7 @@
 #include "cache.h"
 
 #include "log.h"
+#include "map_count.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -50,13 +51,7 @@ unsigned page_shift()
 // half of the mappings for the application.
 uint64_t advised_entry_budget()
 {
-	unsigned long long max_maps = 65530; // the kernel's default
-	if (FILE *f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
-		if (std::fscanf(f, "%llu", &max_maps) != 1)
-			max_maps = 65530;
-		std::fclose(f);
-	}
-	return max_maps / 4;
+	return vm_max_map_count() / 4;
 }
 
 } // namespace
@@ -560,7 +555,7 @@ int Cache::track_entry(Writer &w, Entry *p)
 }
 
 // p will not be kept once idle: stop watching it now.
-void Cache::make_uncached(Writer &w, Entry *p)
+void Cache::make_uncached(Writer &, Entry *p)
 {
 	p->flags |= Entry::kUncached;
 	if (!p->has(Entry::kTracked))
@@ -568,10 +563,7 @@ void Cache::make_uncached(Writer &w, Entry *p)
 	monitor_->untrack(p->track_id);
 	p->track_id = 0;
 	p->flags &= uint8_t(~Entry::kTracked);
-	release_pages(w, p);
-	// release_pages undid the advice too; keep it while in use.
-	if (p->has(Entry::kAdvised))
-		(void)madvise(reinterpret_cast<void *>(p->start), p->length(), MADV_DONTFORK);
+	// Its fork advice stays while it is in use.
 }
 
 int Cache::register_entry(Writer &w, Entry *p, void *arg)
@@ -646,7 +638,7 @@ void Cache::abandon_entry(Writer &w, Entry *p)
 	unindexed_.erase(p);
 	if (p->has(Entry::kTracked))
 		monitor_->untrack(p->track_id);
-	release_pages(w, p);
+	undo_fork_advice(w, p);
 	pool_.release(p);
 }
 
@@ -785,39 +777,31 @@ void Cache::put_slow(Entry *x, bool released)
 
 // --- teardown of entries -----------------------------------------------------------------
 
-// Pages of x that no other live entry with the same obligation covers get
-// their fork advice undone (kAdvised) and are no longer watched by monitors
-// that watch pages (kTracked). Allocates nothing.
-void Cache::release_pages(Writer &, const Entry *x)
+// Pages of x that no other live advised entry covers get their fork advice
+// undone. Allocates nothing.
+void Cache::undo_fork_advice(Writer &, const Entry *x)
 {
-	for (const Entry::Flags duty : {Entry::kAdvised, Entry::kTracked}) {
-		if (!x->has(duty))
-			continue;
-		uintptr_t cur = x->start;
-		while (cur < x->end) {
-			// The first page from cur on that another entry with this
-			// duty covers, and where that entry ends.
-			uintptr_t cov_s = x->end, cov_e = x->end;
-			auto note = [&](const Entry *y) {
-				if (y == x || !y->has(duty) || !y->overlaps(cur, x->end))
-					return;
-				const uintptr_t ys = std::max(y->start, cur);
-				if (ys < cov_s || (ys == cov_s && y->end > cov_e)) {
-					cov_s = ys;
-					cov_e = y->end;
-				}
-			};
-			index_.for_each_overlapping(cur, x->end, note);
-			unindexed_.for_each(note);
-			if (cur < cov_s) {
-				if (duty == Entry::kAdvised)
-					(void)madvise(reinterpret_cast<void *>(cur), cov_s - cur,
-						      MADV_DOFORK);
-				else
-					monitor_->release_range(cur, cov_s);
+	if (!x->has(Entry::kAdvised))
+		return;
+	uintptr_t cur = x->start;
+	while (cur < x->end) {
+		// The first page from cur on that another advised entry covers,
+		// and where that entry ends.
+		uintptr_t cov_s = x->end, cov_e = x->end;
+		auto note = [&](const Entry *y) {
+			if (y == x || !y->has(Entry::kAdvised) || !y->overlaps(cur, x->end))
+				return;
+			const uintptr_t ys = std::max(y->start, cur);
+			if (ys < cov_s || (ys == cov_s && y->end > cov_e)) {
+				cov_s = ys;
+				cov_e = y->end;
 			}
-			cur = std::max(cov_s, std::min(cov_e, x->end));
-		}
+		};
+		index_.for_each_overlapping(cur, x->end, note);
+		unindexed_.for_each(note);
+		if (cur < cov_s)
+			(void)madvise(reinterpret_cast<void *>(cur), cov_s - cur, MADV_DOFORK);
+		cur = std::max(cov_s, std::min(cov_e, x->end));
 	}
 }
 
@@ -838,7 +822,7 @@ void Cache::destroy_doomed(Writer &w)
 		pinned_bytes_ -= x->length();
 		if (x->has(Entry::kTracked))
 			monitor_->untrack(x->track_id);
-		release_pages(w, x);
+		undo_fork_advice(w, x);
 		if (x->has(Entry::kAdvised))
 			advised_--;
 		pool_.release(x);
@@ -887,6 +871,7 @@ void Cache::stats(Writer &, mrn_stats *o)
 	o->merges = st_.merges;
 	o->drain_failures = st_.drain_failures;
 	o->fork_advice_failures = st_.advise_failures;
+	monitor_->add_stats(o);
 }
 
 void Cache::print_stats()

@@ -177,7 +177,7 @@ private:
 	Entry *pick_victim();
 	bool over_limits(size_t len) const;
 	void insert(Writer &w, Entry *p);
-	void release_pages(Writer &w, const Entry *x);
+	void undo_fork_advice(Writer &w, const Entry *x);
 	void destroy_doomed(Writer &w);
 	void print_stats(Writer &w);
 	void stats(Writer &w, mrn_stats *out);

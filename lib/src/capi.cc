@@ -3,7 +3,9 @@
 #include "cache.h"
 #include "log.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <new>
@@ -186,13 +188,18 @@ extern "C" mrn_monitor_t mrn_cache_monitor(const mrn_cache_t *cache)
 	return cache ? impl(cache)->monitor_kind() : MRN_MONITOR_NONE;
 }
 
+// The statistics a caller built before the uffd fields knows of.
+constexpr size_t kStatsSizeV1 = offsetof(mrn_stats, uffd_ranges);
+
 extern "C" int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size)
 {
-	if (!cache || !stats || size < sizeof(mrn_stats))
+	if (!cache || !stats || size < kStatsSizeV1)
 		return -EINVAL;
 	return guarded(
 		[&] {
-			impl(cache)->stats(stats);
+			mrn_stats all{};
+			impl(cache)->stats(&all);
+			std::memcpy(stats, &all, std::min(size, sizeof(all)));
 			return 0;
 		},
 		-ENOMEM);

@@ -35,7 +35,7 @@ struct alignas(8) Entry {
 	};
 	// Writer-side facts about the entry (under the writer mutex).
 	enum Flags : uint8_t {
-		kTracked = 1,  // the monitor watches it (untrack/release at the end)
+		kTracked = 1,  // the monitor watches it (untrack at the end)
 		kAdvised = 2,  // its pages were advised MADV_DONTFORK
 		kUncached = 4, // never indexed: it lives only while in use
 		kSelected = 8, // chosen as an eviction victim in this pass

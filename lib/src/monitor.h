@@ -7,6 +7,7 @@
 #include "mrnotify.h"
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,10 +60,6 @@ public:
 	// 1 if it had become invalid and was not drained yet, or -errno.
 	virtual int untrack(uint64_t id) = 0;
 
-	// No live entry needs [start, end) watched any more (monitors that
-	// watch pages rather than registrations release them here).
-	virtual void release_range(uintptr_t start, uintptr_t end) { (void)start, (void)end; }
-
 	// Report what became invalid since the last drain; returns the
 	// generation value that everything reported so far corresponds to.
 	virtual int drain(InvalidationSink &sink, uint64_t *generation) = 0;
@@ -80,6 +77,9 @@ public:
 	// went stale).
 	virtual bool keeps_idle_entries() const = 0;
 
+	// Adds what the monitor counts to *s (the cache fills the rest).
+	virtual void add_stats(mrn_stats *s) { (void)s; }
+
 	// In a forked child: forget the parent's resources without touching
 	// them (no syscalls on the parent's state, no thread joins).
 	virtual void abandon_after_fork() = 0;
@@ -90,7 +90,18 @@ public:
 int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string *why);
 
 std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why);
+// How the uffd monitor registers memory (uffd_ranges.h). The defaults are
+// what every cache gets; tests also build the old behaviour (one page, no
+// bound) to show what it did.
+struct UffdOptions {
+	size_t granule = 0;      // registered in aligned granules of this size
+	uint64_t max_ranges = 0; // ranges that can split a mapping, at most
+	static UffdOptions defaults();
+};
+
 std::unique_ptr<Monitor> make_uffd_monitor(int *err, std::string *why);
+std::unique_ptr<Monitor> make_uffd_monitor(const UffdOptions &options, int *err,
+					   std::string *why);
 std::unique_ptr<Monitor> make_null_monitor(mrn_monitor_t kind);
 
 } // namespace mrn

@@ -12,6 +12,10 @@
 // that starts after munmap() (or mmap(MAP_FIXED), mremap(), madvise()) has
 // returned sees the generation moved, drains, and finds the range invalid.
 //
+// What is registered: aligned granules shared by the cached ranges over
+// them, not each range exactly, so that many small ranges do not split the
+// application's mappings past vm.max_map_count (uffd_ranges.h).
+//
 // What uffd does not see: hole punches and truncation of shared memory and
 // files. can_cache() therefore refuses pages that are shared or file-backed
 // (/proc/self/pagemap's "file-page or shared-anon" bit, read once the pages
@@ -23,7 +27,9 @@
 // ring; when it is full, the next drain invalidates everything), and may
 // run on any CPU of the process, not only the core the rank is bound to.
 #include "log.h"
+#include "map_count.h"
 #include "monitor.h"
+#include "uffd_ranges.h"
 
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -39,6 +45,7 @@
 #include <chrono>
 #include <memory>
 #include <cerrno>
+#include <cinttypes>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -60,9 +67,14 @@ constexpr uint64_t kPagemapShared = uint64_t(1) << 61;
 
 class UffdMonitor final : public Monitor {
 public:
-	UffdMonitor(int uffd, int stop_fd, int pagemap_fd)
+	UffdMonitor(int uffd, int stop_fd, int pagemap_fd, const UffdOptions &o)
 	    : uffd_(uffd), stop_fd_(stop_fd), pagemap_fd_(pagemap_fd),
-	      page_size_(size_t(sysconf(_SC_PAGESIZE)))
+	      page_size_(size_t(sysconf(_SC_PAGESIZE))),
+	      ranges_(o.granule, page_size_, o.max_ranges,
+		      [this](uintptr_t s, uintptr_t e) { return uffd_ioctl(UFFDIO_REGISTER, s, e); },
+		      [this](uintptr_t s, uintptr_t e) {
+			      return uffd_ioctl(UFFDIO_UNREGISTER, s, e);
+		      })
 	{
 		thread_ = std::make_unique<std::thread>([this] { run(); });
 	}
@@ -85,25 +97,30 @@ public:
 
 	int track(uintptr_t start, uintptr_t end, uint64_t, uint64_t *id) override
 	{
-		uffdio_register r{};
-		r.range.start = start;
-		r.range.len = end - start;
-		r.mode = UFFDIO_REGISTER_MODE_WP;
+		std::lock_guard<std::mutex> g(ranges_mutex_);
+		const uint64_t refused = ranges_.refused();
 		*id = 0;
-		// Registering pages this uffd already watches is fine; EINVAL
-		// means memory uffd cannot watch, EBUSY another uffd owns it.
-		if (ioctl(uffd_, UFFDIO_REGISTER, &r) < 0)
-			return (errno == EINVAL || errno == EBUSY) ? -EOPNOTSUPP : -errno;
+		const int rc = ranges_.add(start, end, id);
+		if (ranges_.refused() != refused && refused == 0)
+			log(0,
+			    "uffd monitor: %" PRIu64 " userfaultfd ranges, the most "
+			    "vm.max_map_count allows; further registrations are not cached",
+			    ranges_.ranges());
+		return rc;
+	}
+
+	int untrack(uint64_t id) override
+	{
+		std::lock_guard<std::mutex> g(ranges_mutex_);
+		ranges_.remove(id);
 		return 0;
 	}
 
-	int untrack(uint64_t) override { return 0; }
-
-	void release_range(uintptr_t start, uintptr_t end) override
+	void add_stats(mrn_stats *s) override
 	{
-		uffdio_range r{start, end - start};
-		// The range may be gone already (unmapped): nothing to release.
-		(void)ioctl(uffd_, UFFDIO_UNREGISTER, &r);
+		std::lock_guard<std::mutex> g(ranges_mutex_);
+		s->uffd_ranges = ranges_.ranges();
+		s->uffd_out_of_budget = ranges_.refused();
 	}
 
 	bool can_cache(uintptr_t start, uintptr_t end) override
@@ -159,6 +176,7 @@ public:
 		// Not joined nor detached: the thread does not exist here, and
 		// its descriptor is the parent's.
 		(void)thread_.release();
+		ranges_.forget();
 		for (int *fd : {&uffd_, &stop_fd_, &pagemap_fd_}) {
 			if (*fd >= 0)
 				close(*fd);
@@ -171,6 +189,19 @@ private:
 		uintptr_t start, end;
 	};
 	static constexpr size_t kRing = 256;
+
+	// UFFDIO_REGISTER (write-protect mode: nothing is ever protected) or
+	// UFFDIO_UNREGISTER of [start, end); 0 or -errno.
+	int uffd_ioctl(unsigned long request, uintptr_t start, uintptr_t end)
+	{
+		uffdio_register r{};
+		r.range.start = start;
+		r.range.len = end - start;
+		r.mode = UFFDIO_REGISTER_MODE_WP;
+		void *arg = request == UFFDIO_REGISTER ? static_cast<void *>(&r)
+						       : static_cast<void *>(&r.range);
+		return ioctl(uffd_, request, arg) < 0 ? -errno : 0;
+	}
 
 	void run()
 	{
@@ -254,12 +285,33 @@ private:
 	bool overflowed_ = false;
 	size_t pending_ = 0;
 	std::array<Range, kRing> ring_;
+	// Taken by track() and untrack() (the cache's writer side), never by
+	// the monitor thread.
+	std::mutex ranges_mutex_;
+	UffdRanges ranges_;
 	std::unique_ptr<std::thread> thread_;
 };
 
 } // namespace
 
+UffdOptions UffdOptions::defaults()
+{
+	UffdOptions o;
+	o.granule = size_t(2) << 20;
+	// Each range can split a mapping at both ends: an eighth of the limit
+	// in ranges leaves three quarters of the mappings to the application
+	// beside the fork advice's quarter (cache.cc).
+	o.max_ranges = vm_max_map_count() / 8;
+	return o;
+}
+
 std::unique_ptr<Monitor> make_uffd_monitor(int *err, std::string *why)
+{
+	return make_uffd_monitor(UffdOptions::defaults(), err, why);
+}
+
+std::unique_ptr<Monitor> make_uffd_monitor(const UffdOptions &options, int *err,
+					   std::string *why)
 {
 	const int fd = static_cast<int>(
 		syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
@@ -292,7 +344,7 @@ std::unique_ptr<Monitor> make_uffd_monitor(int *err, std::string *why)
 			    : "userfaultfd with unmap/remove/remap events; no /proc/self/pagemap, "
 			      "so nothing is cached";
 	try {
-		return std::make_unique<UffdMonitor>(fd, stop, pagemap);
+		return std::make_unique<UffdMonitor>(fd, stop, pagemap, options);
 	} catch (const std::system_error &e) {
 		*err = -EAGAIN;
 		*why = std::string("cannot start the uffd monitor thread: ") + e.what();
