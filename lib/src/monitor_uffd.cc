@@ -299,8 +299,9 @@ UffdOptions UffdOptions::defaults()
 	UffdOptions o;
 	o.granule = size_t(2) << 20;
 	// Each range can split a mapping at both ends: an eighth of the limit
-	// in ranges leaves three quarters of the mappings to the application
-	// beside the fork advice's quarter (cache.cc).
+	// in ranges splits at most a quarter of the mappings; with the fork
+	// advice's half at most (cache.cc), a quarter is always left to the
+	// application.
 	o.max_ranges = vm_max_map_count() / 8;
 	return o;
 }

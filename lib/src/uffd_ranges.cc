@@ -26,39 +26,45 @@ UffdRanges::UffdRanges(size_t granule, size_t page, uint64_t max_ranges, Syscall
 {
 }
 
-bool UffdRanges::held_whole(uint64_t g) const
+std::map<uint64_t, UffdRanges::Run>::iterator UffdRanges::run_of(uint64_t g)
 {
-	const auto it = granules_.find(g);
-	return it != granules_.end() && it->second.whole > 0;
+	auto it = runs_.upper_bound(g);
+	if (it == runs_.begin())
+		return runs_.end();
+	--it;
+	return it->second.end > g ? it : runs_.end();
 }
 
-uint64_t UffdRanges::runs_around(uint64_t gs, uint64_t ge) const
+uint64_t UffdRanges::runs_touching(uint64_t gs, uint64_t ge) const
 {
-	uint64_t runs = 0;
-	bool in_run = false;
-	uint64_t prev = 0;
-	for (auto it = granules_.lower_bound(gs > 0 ? gs - 1 : 0);
-	     it != granules_.end() && it->first <= ge; ++it) {
-		if (it->second.whole == 0) {
-			in_run = false;
-			continue;
-		}
-		if (!in_run || it->first != prev + 1)
-			runs++;
-		in_run = true;
-		prev = it->first;
+	uint64_t n = 0;
+	// Runs overlapping [gs, ge) or ending at gs or starting at ge.
+	for (auto it = runs_.upper_bound(ge); it != runs_.begin();) {
+		--it;
+		if (it->second.end < gs)
+			break;
+		n++;
 	}
-	return runs;
+	return n;
 }
 
-void UffdRanges::hold_whole(uint64_t g)
+void UffdRanges::hold_whole(uint64_t gs, uint64_t ge)
 {
-	Granule &x = granules_[g];
-	if (x.whole++ == 0) {
-		const bool left = g > 0 && held_whole(g - 1), right = held_whole(g + 1);
-		// A new run, an extended one, or two joined into one.
-		granule_runs_ = granule_runs_ + 1 - uint64_t(left) - uint64_t(right);
+	Run joined{ge, 0};
+	uint64_t first = gs;
+	for (uint64_t g = gs; g < ge; g++)
+		if (granules_[g].whole++ == 0)
+			joined.held++;
+	for (auto it = runs_.upper_bound(ge); it != runs_.begin();) {
+		--it;
+		if (it->second.end < gs)
+			break;
+		first = std::min(first, it->first);
+		joined.end = std::max(joined.end, it->second.end);
+		joined.held += it->second.held;
+		it = runs_.erase(it);
 	}
+	runs_[first] = joined;
 }
 
 void UffdRanges::hold_exact(uint64_t g, uintptr_t start, uintptr_t end)
@@ -79,20 +85,17 @@ int UffdRanges::add(uintptr_t start, uintptr_t end, uint64_t *id)
 	h.start = start;
 	h.end = end;
 	// Held whole, [gs, ge) joins whatever runs touch it into one.
-	const uint64_t around = runs_around(gs, ge);
-	if (around == 0 && at_bound(1)) {
+	if (runs_touching(gs, ge) == 0 && at_bound(1)) {
 		refused_++;
 		return -EOPNOTSUPP;
 	}
 	const int rc = reg_(granule_start(gs), granule_start(ge));
-	if (rc == 0) {
-		for (uint64_t g = gs; g < ge; g++)
-			hold_whole(g);
-	} else if (!not_watchable(rc)) {
+	if (rc == 0)
+		hold_whole(gs, ge);
+	else if (!not_watchable(rc))
 		return rc;
-	} else if (const int prc = add_piecewise(start, end, &h); prc != 0) {
+	else if (const int prc = add_piecewise(start, end, &h); prc != 0)
 		return prc;
-	}
 	h.live = true;
 	uint64_t slot;
 	if (!free_holders_.empty()) {
@@ -114,12 +117,11 @@ int UffdRanges::add_piecewise(uintptr_t start, uintptr_t end, Holder *h)
 	const uint64_t gs = first_granule(start), ge = end_granule(end);
 	for (uint64_t g = gs; g < ge; g++) {
 		const uintptr_t gstart = granule_start(g), gend = granule_start(g + 1);
-		const uint64_t around = runs_around(g, g + 1);
 		int rc = -EOPNOTSUPP;
-		if (around > 0 || !at_bound(1))
+		if (runs_touching(g, g + 1) > 0 || !at_bound(1))
 			rc = reg_(gstart, gend);
 		if (rc == 0) {
-			hold_whole(g);
+			hold_whole(g, g + 1);
 			h->whole.push_back(true);
 			continue;
 		}
@@ -161,52 +163,67 @@ void UffdRanges::remove(uint64_t id)
 void UffdRanges::release(const Holder &h)
 {
 	const uint64_t gs = first_granule(h.start), ge = end_granule(h.end);
-	// Granules nothing needs any more, unregistered run by run.
-	uint64_t run_start = 0, run_end = 0;
-	auto flush = [&] {
-		if (run_end > run_start)
-			(void)unreg_(granule_start(run_start), granule_start(run_end));
-		run_start = run_end = 0;
-	};
 	for (uint64_t g = gs; g < ge; g++) {
-		const auto it = granules_.find(g);
-		if (it == granules_.end())
-			continue; // not reached by a piecewise add() that failed
-		Granule &x = it->second;
-		const bool whole = h.whole.empty() || (g - gs < h.whole.size() && h.whole[g - gs]);
-		const uintptr_t gstart = granule_start(g);
-		const uintptr_t ps = std::max(h.start, gstart),
-				pe = std::min(h.end, granule_start(g + 1));
-		if (whole) {
-			if (--x.whole == 0) {
-				const bool left = g > 0 && held_whole(g - 1), right = held_whole(g + 1);
-				granule_runs_ = granule_runs_ + uint64_t(left) + uint64_t(right) - 1;
-			}
-		} else {
-			for (uintptr_t a = ps; a < pe; a += page_)
-				x.page_refs[(a - gstart) / page_]--;
-			x.exact--;
-			exact_pieces_--;
-		}
-		if (x.whole > 0)
-			continue;
-		if (x.page_refs.empty()) {
-			// Only ever held whole: unregistered whole, with its
-			// neighbours in one call.
-			granules_.erase(it);
-			if (run_end != g)
-				flush(), run_start = g;
-			run_end = g + 1;
-			continue;
-		}
-		// A granule with exact pieces: the pages that only the released
-		// range needed (a whole granule call would fail on the page
-		// that made the pieces exact).
-		unregister_unneeded(g, whole ? gstart : ps, whole ? granule_start(g + 1) : pe);
-		if (x.exact == 0)
-			granules_.erase(it);
+		if (h.whole.empty() || (g - gs < h.whole.size() && h.whole[g - gs]))
+			release_whole(g);
+		else
+			release_exact(g, std::max(h.start, granule_start(g)),
+				      std::min(h.end, granule_start(g + 1)));
 	}
-	flush();
+}
+
+void UffdRanges::release_whole(uint64_t g)
+{
+	const auto it = granules_.find(g);
+	if (it == granules_.end() || --it->second.whole > 0)
+		return;
+	// Idle now, but left registered while its run is held: unregistering
+	// it alone would split the run's mapping.
+	if (it->second.exact == 0)
+		granules_.erase(it);
+	const auto run = run_of(g);
+	if (run != runs_.end() && --run->second.held == 0)
+		unregister_run(run);
+}
+
+void UffdRanges::release_exact(uint64_t g, uintptr_t start, uintptr_t end)
+{
+	const auto it = granules_.find(g);
+	if (it == granules_.end())
+		return;
+	Granule &x = it->second;
+	for (uintptr_t a = start; a < end; a += page_)
+		x.page_refs[(a - granule_start(g)) / page_]--;
+	x.exact--;
+	exact_pieces_--;
+	// Inside a run the granule stays registered whole.
+	if (run_of(g) == runs_.end())
+		unregister_unneeded(g, start, end);
+	if (x.whole == 0 && x.exact == 0)
+		granules_.erase(it);
+}
+
+// One call for the whole run, less the granules that still hold exact
+// pieces (their pages stay registered).
+void UffdRanges::unregister_run(std::map<uint64_t, Run>::iterator run)
+{
+	const uint64_t first = run->first, end = run->second.end;
+	runs_.erase(run);
+	uint64_t from = first;
+	for (auto it = granules_.lower_bound(first); it != granules_.end() && it->first < end;) {
+		const uint64_t g = it->first;
+		if (it->second.exact == 0) {
+			it = granules_.erase(it); // not held (the run is not)
+			continue;
+		}
+		if (g > from)
+			(void)unreg_(granule_start(from), granule_start(g));
+		unregister_unneeded(g, granule_start(g), granule_start(g + 1));
+		from = g + 1;
+		++it;
+	}
+	if (end > from)
+		(void)unreg_(granule_start(from), granule_start(end));
 }
 
 void UffdRanges::unregister_unneeded(uint64_t g, uintptr_t start, uintptr_t end)
@@ -230,7 +247,8 @@ void UffdRanges::forget()
 	granules_.clear();
 	holders_.clear();
 	free_holders_.clear();
-	granule_runs_ = exact_pieces_ = 0;
+	runs_.clear();
+	exact_pieces_ = 0;
 }
 
 } // namespace mrn

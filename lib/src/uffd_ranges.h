@@ -12,16 +12,22 @@
 //
 // So the monitor registers whole aligned granules (2 MiB: a THP, which the
 // split at a granule boundary never breaks), shared by every cached range
-// over them and counted: a granule is registered while one range needs it
-// and unregistered when the last one goes. Adjacent registered granules
-// merge back into one VMA, so the VMAs added are at most two per run of
-// granules, not two per cached range. Where a granule cannot be registered
-// whole (part of it is a file mapping uffd cannot watch, or another
-// userfaultfd of the process owns part of it: EINVAL, EBUSY), the range's
-// pages in that granule are registered exactly, counted per page.
+// over them and counted. Adjacent registered granules form a run, which the
+// kernel keeps as one VMA (or as the application's own VMAs, unsplit). A
+// run is unregistered in one call once no range holds any granule of it:
+// unregistering granule by granule would leave the mapping split where the
+// kernel does not merge back (Linux 6.1 leaves one VMA per granule
+// unregistered from the middle of a run; 6.18 merges them). So a
+// granule nothing needs stays registered while its run is held, and
+// unregistration never splits a mapping.
 //
-// Runs of granules and exact pieces are the ranges that can split a
-// mapping; their number is bounded (`max_ranges`). Past it, add() refuses
+// Where a granule cannot be registered whole (part of it is a file mapping
+// uffd cannot watch, or another userfaultfd of the process owns part of it:
+// EINVAL, EBUSY), the range's pages in that granule are registered exactly,
+// counted per page, and unregistered as soon as no range needs them.
+//
+// Runs and exact pieces are the ranges that can split a mapping at both
+// ends; their number is bounded (`max_ranges`). Past it, add() refuses
 // with -EOPNOTSUPP and the cache registers that range uncached, as it does
 // with its fork advice.
 //
@@ -65,7 +71,7 @@ public:
 
 	// Now: runs of registered granules plus exact pieces, the ranges that
 	// can each split a mapping at both ends.
-	uint64_t ranges() const { return granule_runs_ + exact_pieces_; }
+	uint64_t ranges() const { return runs_.size() + exact_pieces_; }
 	// add() calls refused because ranges() was at the bound.
 	uint64_t refused() const { return refused_; }
 	size_t granule() const { return granule_; }
@@ -76,6 +82,11 @@ private:
 		uint32_t exact = 0; // ranges holding pages of it registered exactly
 		// Per page, how many ranges hold it exactly (sized once exact > 0).
 		std::vector<uint32_t> page_refs;
+	};
+	// Granules [first, end) registered whole, held > 0 of them by a range.
+	struct Run {
+		uint64_t end = 0;
+		uint64_t held = 0;
 	};
 	// One add(): its range, and per granule (from the first) whether it
 	// holds it whole; empty when it holds every granule whole.
@@ -88,14 +99,19 @@ private:
 	uint64_t first_granule(uintptr_t a) const { return a / granule_; }
 	uint64_t end_granule(uintptr_t a) const { return (a + granule_ - 1) / granule_; }
 	uintptr_t granule_start(uint64_t g) const { return uintptr_t(g * granule_); }
-	bool held_whole(uint64_t g) const;
-	// Runs of whole granules that [gs - 1, ge] holds now.
-	uint64_t runs_around(uint64_t gs, uint64_t ge) const;
-	void hold_whole(uint64_t g);
+	// The run that holds granule g, or runs_.end().
+	std::map<uint64_t, Run>::iterator run_of(uint64_t g);
+	// Runs that [gs, ge) registered whole would join into one.
+	uint64_t runs_touching(uint64_t gs, uint64_t ge) const;
+	// [gs, ge) is now registered whole, and held once more by a range.
+	void hold_whole(uint64_t gs, uint64_t ge);
 	void hold_exact(uint64_t g, uintptr_t start, uintptr_t end);
 	int add_piecewise(uintptr_t start, uintptr_t end, Holder *h);
-	// Undoes what h holds and unregisters what nothing else needs.
+	// Undoes what h holds and unregisters what nothing needs any more.
 	void release(const Holder &h);
+	void release_whole(uint64_t g);
+	void release_exact(uint64_t g, uintptr_t start, uintptr_t end);
+	void unregister_run(std::map<uint64_t, Run>::iterator run);
 	void unregister_unneeded(uint64_t g, uintptr_t start, uintptr_t end);
 	bool at_bound(uint64_t more) const { return ranges() + more > max_ranges_; }
 
@@ -103,10 +119,10 @@ private:
 	size_t page_;
 	uint64_t max_ranges_;
 	Syscall reg_, unreg_;
-	std::map<uint64_t, Granule> granules_;
+	std::map<uint64_t, Granule> granules_; // held, whole or in pieces
+	std::map<uint64_t, Run> runs_;         // by first granule
 	std::vector<Holder> holders_;
 	std::vector<uint64_t> free_holders_;
-	uint64_t granule_runs_ = 0;
 	uint64_t exact_pieces_ = 0;
 	uint64_t refused_ = 0;
 };

@@ -149,6 +149,16 @@ inline MappingsLeft run_mappings_left(Layout layout, size_t regs,
 		}
 		cache.destroy();
 		c.maps_destroyed = mapping_count();
+		if (c.maps_destroyed > c.maps_before) {
+			// For the failure message: what is left.
+			std::fprintf(stderr, "/proc/self/maps after the cache went:\n");
+			if (FILE *f = std::fopen("/proc/self/maps", "re")) {
+				char line[512];
+				while (std::fgets(line, sizeof(line), f))
+					std::fputs(line, stderr);
+				std::fclose(f);
+			}
+		}
 		c.status = 0;
 out:
 		for (auto &[p, len] : mem)

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 #include <set>
@@ -86,12 +87,36 @@ TEST_F(UffdRangesTest, AdjacentGranulesAreOneRange)
 	EXPECT_EQ(2u, r.ranges());
 	ASSERT_EQ(0, r.add(pg(16), pg(17), &b)); // joins the two
 	EXPECT_EQ(1u, r.ranges());
-	r.remove(b); // splits them again
-	EXPECT_EQ(2u, r.ranges());
+	// Unregistering the middle granule alone would split the run's
+	// mapping: it stays registered while the run is held.
+	r.remove(b);
+	EXPECT_EQ(1u, r.ranges());
+	EXPECT_EQ(48u, kernel.registered.size());
 	r.remove(a);
+	EXPECT_EQ(0, kernel.unregisters);
 	r.remove(c);
 	EXPECT_EQ(0u, r.ranges());
 	EXPECT_TRUE(kernel.registered.empty());
+	EXPECT_EQ(1, kernel.unregisters) << "the run in one call";
+}
+
+// Many ranges in one run, released in any order: one unregistration.
+TEST_F(UffdRangesTest, RunIsUnregisteredOnceNothingHoldsIt)
+{
+	UffdRanges r = make();
+	std::vector<uint64_t> ids;
+	for (size_t i = 0; i < 64; i++) {
+		uint64_t id;
+		ASSERT_EQ(0, r.add(pg(i * 8), pg(i * 8 + 1), &id));
+		ids.push_back(id);
+	}
+	EXPECT_EQ(1u, r.ranges());
+	std::mt19937 rng(7);
+	std::shuffle(ids.begin(), ids.end(), rng);
+	for (uint64_t id : ids)
+		r.remove(id);
+	EXPECT_TRUE(kernel.registered.empty());
+	EXPECT_EQ(1, kernel.unregisters);
 }
 
 TEST_F(UffdRangesTest, UnwatchableNeighbourMeansExactPages)
