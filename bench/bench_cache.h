@@ -27,6 +27,8 @@ struct CacheOptions {
 	// moves, so benchmarks need neither the module nor a uffd registration
 	// (a VMA split) per entry.
 	mrn_monitor_t monitor = MRN_MONITOR_TEST_NO_INVALIDATION;
+	// Opens the monitor instead of `monitor` when set.
+	Cache::MonitorFactory open;
 };
 
 inline std::unique_ptr<Cache> make_cache(const CacheOptions &o)
@@ -43,12 +45,12 @@ inline std::unique_ptr<Cache> make_cache(const CacheOptions &o)
 	c.monitor = o.monitor;
 	std::unique_ptr<Cache> cache;
 	const mrn_monitor_t monitor = o.monitor;
-	const int rc = Cache::create(
-		c,
-		[monitor](std::unique_ptr<Monitor> *m, std::string *why) {
+	Cache::MonitorFactory open = o.open;
+	if (!open)
+		open = [monitor](std::unique_ptr<Monitor> *m, std::string *why) {
 			return open_monitor(monitor, m, why);
-		},
-		&cache);
+		};
+	const int rc = Cache::create(c, open, &cache);
 	if (rc < 0)
 		throw std::runtime_error(std::string("cannot create the cache ") + o.name);
 	return cache;
