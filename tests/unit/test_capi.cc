@@ -2,6 +2,7 @@
 // The public C API: configuration from the environment, and the cache with
 // the real userfaultfd monitor on the host kernel (no module needed).
 #include "mrnotify.h"
+#include "serial_cache.h"
 
 #include <gtest/gtest.h>
 #include <dirent.h>
@@ -252,28 +253,11 @@ TEST(Stats, CallersBuiltWithFewerFieldsGetThose)
 
 // --- the uffd monitor against the host kernel ------------------------------------
 
-struct Books {
-	int registered = 0, deregistered = 0;
-};
-
-class Uffd : public ::testing::Test {
+class Uffd : public ::testing::Test, protected mrn::test::SerialCache {
 protected:
 	void SetUp() override
 	{
-		mrn_config cfg;
-		ASSERT_EQ(0, mrn_config_init(&cfg));
-		cfg.monitor = MRN_MONITOR_UFFD;
-		cfg.payload_size = sizeof(int);
-		cfg.context = &books;
-		cfg.reg = [](void *ctx, void *, void *, size_t, uint32_t, void *payload) {
-			*static_cast<int *>(payload) = ++static_cast<Books *>(ctx)->registered;
-			return 0;
-		};
-		cfg.dereg = [](void *ctx, void *) {
-			static_cast<Books *>(ctx)->deregistered++;
-			return 0;
-		};
-		const int rc = mrn_cache_create(&cfg, &cache);
+		const int rc = create(MRN_MONITOR_UFFD);
 		if (rc == -ENODEV)
 			GTEST_SKIP() << "userfaultfd is not available here";
 		ASSERT_EQ(0, rc);
@@ -285,31 +269,11 @@ protected:
 	}
 	void TearDown() override
 	{
-		if (cache)
-			mrn_cache_destroy(cache);
+		destroy();
 		if (mem)
 			munmap(mem, 16 * kPage);
 		EXPECT_EQ(books.registered, books.deregistered);
 	}
-	// get + put; returns the registration's serial.
-	int use(char *p, size_t len)
-	{
-		mrn_entry_t *e = nullptr;
-		EXPECT_EQ(0, mrn_get(cache, p, len, 1, nullptr, &e));
-		if (!e)
-			return -1;
-		const int serial = *static_cast<int *>(mrn_entry_payload(e));
-		mrn_put(cache, e);
-		return serial;
-	}
-	mrn_stats stats()
-	{
-		mrn_stats s{};
-		EXPECT_EQ(0, mrn_cache_stats(cache, &s, sizeof(s)));
-		return s;
-	}
-	Books books;
-	mrn_cache_t *cache = nullptr;
 	char *mem = nullptr;
 };
 
