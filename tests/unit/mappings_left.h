@@ -43,6 +43,30 @@ inline size_t mapping_count()
 	return n;
 }
 
+// Mappings that overlap one of the ranges: how many pieces the
+// application's own mappings are in (a sanitizer's runtime maps memory of
+// its own as the program runs, so the process's total says less).
+inline size_t mapping_count_in(const std::vector<std::pair<char *, size_t>> &ranges)
+{
+	FILE *f = std::fopen("/proc/self/maps", "re");
+	if (!f)
+		return 0;
+	size_t n = 0;
+	char line[512];
+	while (std::fgets(line, sizeof(line), f)) {
+		unsigned long s, e;
+		if (std::sscanf(line, "%lx-%lx", &s, &e) != 2)
+			continue;
+		for (const auto &[p, len] : ranges)
+			if (s < uintptr_t(p) + len && uintptr_t(p) < e) {
+				n++;
+				break;
+			}
+	}
+	std::fclose(f);
+	return n;
+}
+
 enum class Layout {
 	kAlternatingPages, // every other page of one mapping
 	kAdjacentPages,    // every page of one mapping
@@ -52,7 +76,9 @@ enum class Layout {
 struct MappingsLeft {
 	int status = -1; // 0: ran to the end; else what failed (see run_mappings_left)
 	size_t registrations = 0;
+	// The application's mappings (mapping_count_in), and the process's.
 	size_t maps_before = 0, maps_registered = 0, maps_destroyed = 0;
+	size_t process_maps_before = 0, process_maps_registered = 0;
 	size_t mmaps_failed = 0; // of 200
 	int malloc_ok = 0;
 	mrn_stats stats{};
@@ -81,7 +107,6 @@ inline MappingsLeft run_mappings_left(Layout layout, size_t regs,
 		close(fds[0]);
 		MappingsLeft c;
 		const size_t pg = page_size();
-		c.maps_before = mapping_count();
 		CacheUnderTest cache;
 		std::vector<std::pair<char *, size_t>> mem;
 		std::vector<char *> pages;
@@ -122,14 +147,16 @@ inline MappingsLeft run_mappings_left(Layout layout, size_t regs,
 			break;
 		}
 		}
-		c.maps_before = mapping_count();
+		c.maps_before = mapping_count_in(mem);
+		c.process_maps_before = mapping_count();
 		c.status = 3;
 		for (char *p : pages) {
 			if (cache.use(p, pg) != 0)
 				goto out;
 			c.registrations++;
 		}
-		c.maps_registered = mapping_count();
+		c.maps_registered = mapping_count_in(mem);
+		c.process_maps_registered = mapping_count();
 		cache.stats(&c.stats);
 		{
 			std::vector<void *> got;
@@ -148,7 +175,7 @@ inline MappingsLeft run_mappings_left(Layout layout, size_t regs,
 				munmap(p, 1 << 20);
 		}
 		cache.destroy();
-		c.maps_destroyed = mapping_count();
+		c.maps_destroyed = mapping_count_in(mem);
 		if (c.maps_destroyed > c.maps_before) {
 			// For the failure message: what is left.
 			std::fprintf(stderr, "/proc/self/maps after the cache went:\n");
