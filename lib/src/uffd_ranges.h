@@ -74,7 +74,6 @@ public:
 	uint64_t ranges() const { return runs_.size() + exact_pieces_; }
 	// add() calls refused because ranges() was at the bound.
 	uint64_t refused() const { return refused_; }
-	size_t granule() const { return granule_; }
 
 private:
 	struct Granule {

@@ -232,23 +232,17 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 // smaller struct: it gets those fields and nothing is written past them.
 TEST(Stats, CallersBuiltWithFewerFieldsGetThose)
 {
-	mrn_config cfg;
-	ASSERT_EQ(0, mrn_config_init(&cfg));
-	cfg.monitor = MRN_MONITOR_NONE;
-	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
-	cfg.dereg = [](void *, void *) { return 0; };
-	mrn_cache_t *cache = nullptr;
-	ASSERT_EQ(0, mrn_cache_create(&cfg, &cache));
+	mrn::test::SerialCache c;
+	ASSERT_EQ(0, c.create(MRN_MONITOR_NONE));
 	mrn_stats s;
 	memset(&s, 0xab, sizeof(s));
 	const size_t old_size = offsetof(mrn_stats, uffd_ranges);
-	EXPECT_EQ(0, mrn_cache_stats(cache, &s, old_size));
+	EXPECT_EQ(0, mrn_cache_stats(c.cache, &s, old_size));
 	EXPECT_EQ(0u, s.hits);
 	EXPECT_EQ(0xababababababababull, s.uffd_ranges) << "written past the caller's struct";
-	EXPECT_EQ(-EINVAL, mrn_cache_stats(cache, &s, old_size - sizeof(uint64_t)));
-	EXPECT_EQ(0, mrn_cache_stats(cache, &s, sizeof(s)));
+	EXPECT_EQ(-EINVAL, mrn_cache_stats(c.cache, &s, old_size - sizeof(uint64_t)));
+	EXPECT_EQ(0, mrn_cache_stats(c.cache, &s, sizeof(s)));
 	EXPECT_EQ(0u, s.uffd_ranges);
-	mrn_cache_destroy(cache);
 }
 
 // --- the uffd monitor against the host kernel ------------------------------------

@@ -4,6 +4,7 @@
 // the application. `auto` leaves pages inheritable where the kernel keeps
 // pinned pages with the parent; `dontfork` is bounded by vm.max_map_count.
 #include "cache_fixture.h"
+#include "mappings_left.h"
 
 #include <sys/wait.h>
 
@@ -16,15 +17,6 @@
 
 namespace mrn::test {
 namespace {
-
-size_t mapping_count()
-{
-	std::ifstream maps("/proc/self/maps");
-	size_t n = 0;
-	for (std::string line; std::getline(maps, line);)
-		n++;
-	return n;
-}
 
 constexpr int kChildFaulted = 99;
 
