@@ -113,10 +113,10 @@ run_tests() {
 	# which repeats the failed ones).
 	local mca_logs=(tests/mca/*.log)
 	mca_logs=("${mca_logs[@]/*test-suite.log/}")
-	local d13_logs=(debian13/tests/unit/*.log debian13/tests/mca/*.log)
+	local d13_logs=(debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/mca/*.log)
 	d13_logs=("${d13_logs[@]/*test-suite.log/}")
-	"$top/tools/test-summary.sh" tests/unit/*.log tests/ucx/*.log \
-		sanitize-thread/tests/unit/*.log sanitize-address/tests/unit/*.log \
+	"$top/tools/test-summary.sh" tests/lib/*.log tests/harness/*.log tests/ucx/*.log \
+		sanitize-thread/tests/{lib,harness}/*.log sanitize-address/tests/{lib,harness}/*.log \
 		"${mca_logs[@]}" tools/check/mrnotify-check.log \
 		tests/guest-results/[0-9]*.out tests/two-nodes-results/node[12]/[0-9]*.out \
 		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \

@@ -5,7 +5,7 @@
 # their own, and runs the unit tests there:
 #   tools/sanitizer-check.sh thread  [BUILDDIR]   ThreadSanitizer
 #   tools/sanitizer-check.sh address [BUILDDIR]   AddressSanitizer + UBSan
-# Any report fails the run. Each test's output goes to BUILDDIR/tests/unit/
+# Any report fails the run. Each test's output goes to BUILDDIR/tests/lib/
 # NAME.log (GoogleTest's summary lines, which tools/test-summary.sh counts).
 set -u -o pipefail
 

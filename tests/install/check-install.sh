@@ -185,7 +185,7 @@ mpi_test=$builddir/tests/mca/mpi_rcache_test
 [ -x "$mpi_test" ] || make -C "$builddir/tests/mca" mpi_rcache_test >/dev/null 2>&1
 [ -x "$mpi_test" ] || { bad "no $mpi_test (configure found no Open MPI?)"; finish; }
 timed "guest: installed pieces, then the upgrade" \
-	"$srcdir/tests/guest/run-in-guest.sh" --root "$r" --release "$rel" --results "$results/guest" \
+	"$srcdir/tests/harness/run-in-guest.sh" --root "$r" --release "$rel" --results "$results/guest" \
 	--timeout 3000 --test-timeout 1500 --cwd "$here" --bind "$(dirname "$mpi_test")" \
 	"bash guest-checks.sh $v1 $mpi_test" \
 	"bash guest-upgrade.sh $v1 $v2 /var/tmp/mrn-debs/new /opt/mrn-test/mrn_holder"

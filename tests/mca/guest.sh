@@ -1,5 +1,5 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
-# mrnotify.ko loaded (tests/guest/run-in-guest.sh --module .../mrnotify.ko).
+# mrnotify.ko loaded (tests/harness/run-in-guest.sh --module .../mrnotify.ko).
 #
 #   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe|patterns ...]   (default: api rxe mpi)
 #

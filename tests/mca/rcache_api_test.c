@@ -43,7 +43,7 @@
 #include "opal/runtime/opal.h"
 #include "opal/runtime/opal_params.h"
 
-#include "oracle/pagemap_oracle.h"
+#include "harness/pagemap_oracle.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -44,7 +44,7 @@ extern "C" {
 #include "opal/runtime/opal_params.h"
 }
 
-#include "rdma/rc_loopback.h"
+#include "harness/rc_loopback.h"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>

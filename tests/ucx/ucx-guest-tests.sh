@@ -83,7 +83,7 @@ MPI_ENV=
 if [ "${ucx_minor:-0}" -ge 18 ]; then
 	MPI_ENV="-x UCX_MODULES=^rocm*"
 fi
-# MRN_MPI_HOSTS (tests/guest/two-nodes.sh): one rank on each of two guests.
+# MRN_MPI_HOSTS (tests/lanes/two-nodes.sh): one rank on each of two guests.
 # Two emulated guests, each with one CPU, move data more slowly than one:
 # the sweep stops at 1 MiB there, to keep the lane short.
 MPI_HOSTS= SWEEP_ENV=

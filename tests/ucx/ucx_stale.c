@@ -27,7 +27,7 @@
  * root: no real page frames; --api=uct without an IB device).
  */
 #define _GNU_SOURCE
-#include "oracle/pagemap_oracle.h"
+#include "harness/pagemap_oracle.h"
 
 #include <ucm/api/ucm.h>
 #include <ucp/api/ucp.h>

@@ -7,8 +7,8 @@
 // old registration and the data lands in the old pages; with mrnotify the
 // kernel has told the cache before munmap returned, and the data arrives.
 #include "mrnotify.h"
-#include "../../lib/src/mrnotify_testing.h"
-#include "rdma/rc_loopback.h"
+#include "mrnotify_testing.h"
+#include "harness/rc_loopback.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -92,7 +92,7 @@ in_root make -s -C tests guest-commands.list >/dev/null 2>&1 &&
 mapfile -t cmds <"$b/tests/guest-commands.list"
 mapfile -t flags <"$b/tests/guest-flags.list"
 echo "== the guest tests: Debian 13's $STACK_RELEASE booting the Debian 13 root"
-nice "$srcdir/tests/guest/run-in-guest.sh" --root "$STACK_ROOT" \
+nice "$srcdir/tests/harness/run-in-guest.sh" --root "$STACK_ROOT" \
 	--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE" \
 	--kernel-image "$STACK_IMAGE" "${flags[@]}" \
 	--cwd "$b/tests" --bind "$srcdir" --bind "$b" \

@@ -76,7 +76,7 @@ commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
 	# slab object larger here (189 bytes against 123); it is checked on
 	# Debian's kernels.
 	'kernel/mrn_stress_test --gtest_filter=-Scale.MillionRegistrationsInOneContext'
-	guest/test_watch
+	lib/guest/test_watch
 	"kernel/mrn_race_fuzz --ops $fuzz_ops --threads 4"
 	'kernel/mrn_race_fuzz --ops 20000 --threads 4 --fail-slab 5 --seed 2'
 	# 20,000 calls took 904 s here (2026-11-30): CI runs fewer.
@@ -91,7 +91,7 @@ for c in "${commands[@]}"; do
 done
 t0=$(date +%s)
 run_lane() {
-	nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
+	nice "$srcdir/tests/harness/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
 		--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" --kernel-build "$DEBUG_BUILD" \
 		--module "$ko" --rxe --cwd "$t" --bind "$srcdir" --bind "$builddir" \
 		--kernel-arg slub_debug=A,mrn_reg,radix_tree_node --memory 3072 \
@@ -132,7 +132,7 @@ cout=$builddir/kernel/debug-control
 rm -rf "$cout" && cp -r "$out" "$cout" && rm -f "$cout"/*.ko "$cout"/*.o || exit 2
 if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_MIGHT_SLEEP \
 	-DMRN_NEGATIVE_CONTROL_LEAK_ON_ENOMEM" modules >"$ctl/build.log" 2>&1; then
-	nice "$srcdir/tests/guest/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
+	nice "$srcdir/tests/harness/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
 		--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" \
 		--kernel-build "$DEBUG_BUILD" --module "$cout/mrnotify.ko" --cwd "$t" \
 		--kernel-arg slub_debug=A,mrn_reg,radix_tree_node \

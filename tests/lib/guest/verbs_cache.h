@@ -7,9 +7,9 @@
 #define MRN_TESTS_VERBS_CACHE_H
 
 #include "mrnotify.h"
-#include "../../lib/src/mrnotify_testing.h"
-#include "oracle/pagemap_oracle.h"
-#include "rdma/rc_loopback.h"
+#include "mrnotify_testing.h"
+#include "harness/pagemap_oracle.h"
+#include "harness/rc_loopback.h"
 
 #include <atomic>
 #include <memory>

@@ -7,7 +7,7 @@
 #ifndef MRN_TESTS_FAKE_MONITOR_H
 #define MRN_TESTS_FAKE_MONITOR_H
 
-#include "../../lib/src/cache.h"
+#include "cache.h"
 
 #include <atomic>
 #include <cerrno>

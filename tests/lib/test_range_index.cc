@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The index against brute force: random inserts, erases, lookups and
 // overlap queries over entries of many sizes.
-#include "../../lib/src/entry_pool.h"
-#include "../../lib/src/range_index.h"
+#include "entry_pool.h"
+#include "range_index.h"
 
 #include <gtest/gtest.h>
 

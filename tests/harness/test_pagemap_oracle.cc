@@ -3,7 +3,7 @@
 // "stale" cases deterministic without an RDMA device, the old pages are kept
 // alive by a memfd (the role a pin plays for a real registration): otherwise
 // the allocator could hand the freed page straight back to the new mapping.
-#include "oracle/pagemap_oracle.h"
+#include "harness/pagemap_oracle.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

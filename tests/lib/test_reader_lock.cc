@@ -4,7 +4,7 @@
 // a section of the thread it interrupted must not end that section), and a
 // thread's record survives its C++ thread_local destructors and is given
 // back at exit.
-#include "../../lib/src/reader_lock.h"
+#include "reader_lock.h"
 
 #include <gtest/gtest.h>
 

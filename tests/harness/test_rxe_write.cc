@@ -3,8 +3,8 @@
 // WRITEs over a loopback RC QP pair on rxe0. Proves the harness and the
 // oracle against a real pinned registration, and shows the problem mrnotify
 // exists for: after munmap + mmap MAP_FIXED, the NIC keeps the old pages.
-#include "oracle/pagemap_oracle.h"
-#include "rdma/rc_loopback.h"
+#include "harness/pagemap_oracle.h"
+#include "harness/rc_loopback.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

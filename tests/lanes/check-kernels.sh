@@ -63,7 +63,7 @@ for k in "$@"; do
 	ko=$out/mrnotify.ko
 	t0=$(date +%s)
 	# shellcheck disable=SC2154 # STACK_* come from stacks.sh env
-	nice "$srcdir/tests/guest/run-in-guest.sh" --root "$STACK_ROOT" \
+	nice "$srcdir/tests/harness/run-in-guest.sh" --root "$STACK_ROOT" \
 		--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE" \
 		--kernel-image "$STACK_IMAGE" --module "$ko" \
 		--cwd "$builddir/tests" --bind "$srcdir" --bind "$builddir" \
