@@ -6,7 +6,6 @@
 #define MRN_BENCH_CACHE_H
 
 #include "../lib/src/cache.h"
-#include "../lib/src/mrnotify_testing.h"
 
 #include <memory>
 #include <stdexcept>
@@ -23,10 +22,10 @@ struct CacheOptions {
 	// also split the mapping into a million VMAs.
 	mrn_fork_policy_t fork_policy = MRN_FORK_NONE;
 	uint64_t max_entries = 0;
-	// The hit path is the same for every monitor; this one's counter never
-	// moves, so benchmarks need neither the module nor a uffd registration
-	// (a VMA split) per entry.
-	mrn_monitor_t monitor = MRN_MONITOR_TEST_NO_INVALIDATION;
+	// The hit path is the same for every monitor. Nothing reports unmaps to
+	// an external one, so its counter never moves, and benchmarks need
+	// neither the module nor uffd registrations.
+	mrn_monitor_t monitor = MRN_MONITOR_EXTERNAL;
 	// Opens the monitor instead of `monitor` when set.
 	Cache::MonitorFactory open;
 };

@@ -14,11 +14,15 @@
  *           kernel; a hit costs one load and compare of a counter the kernel
  *           bumps before munmap() returns. The default when the device opens.
  *   uffd    userfaultfd unmap/remove/remap events read by a monitor thread;
- *           works on stock kernels. There is an unavoidable window: the
- *           kernel releases the unmapping thread once the monitor has read
- *           the event, a moment before the cache marks the range invalid; a
- *           get() of the range in that window, even by the thread that just
- *           unmapped it, can hit.
+ *           works on stock kernels. No window: the kernel holds the
+ *           unmapping thread until the monitor has read the event, and the
+ *           monitor moves the counter before each read, so a get() that
+ *           starts after munmap(), mmap(MAP_FIXED), mremap() or
+ *           madvise(MADV_DONTNEED) has returned misses, also in the thread
+ *           that unmapped. Blind to hole punches and truncation of shared
+ *           memory: registrations of shared or file-backed pages are
+ *           uncached. Registers whole 2 MiB granules around cached ranges
+ *           (docs/libmrnotify.md).
  *   none    no monitor: idle entries are not kept (leave_pinned is off), so
  *           a registration lives only while it is in use. Invalidations can
  *           still be fed with mrn_invalidate_range().
@@ -75,7 +79,7 @@ typedef enum mrn_monitor {
 	MRN_MONITOR_KERNEL,
 	MRN_MONITOR_UFFD,
 	MRN_MONITOR_NONE,
-	/* 4 is taken by a monitor for the project's own tests (not installed). */
+	/* 4 is no monitor: refused with -EINVAL (the values above are ABI). */
 	MRN_MONITOR_EXTERNAL = 5
 } mrn_monitor_t;
 

@@ -2,7 +2,6 @@
 // Configuration defaults, the MRNOTIFY_* environment, and string parsing.
 #include "log.h"
 #include "mrnotify.h"
-#include "mrnotify_testing.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -67,8 +66,6 @@ extern "C" int mrn_monitor_from_string(const char *s, mrn_monitor_t *out)
 
 extern "C" const char *mrn_monitor_to_string(mrn_monitor_t m)
 {
-	if (m == MRN_MONITOR_TEST_NO_INVALIDATION)
-		return "test-no-invalidation";
 	switch (m) {
 	case MRN_MONITOR_AUTO:
 		return "auto";

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "monitor.h"
-#include "mrnotify_testing.h"
 
 #include <cerrno>
 
@@ -46,11 +45,6 @@ std::unique_ptr<Monitor> make_null_monitor(mrn_monitor_t kind)
 int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string *why)
 {
 	int err = 0;
-	if (want == MRN_MONITOR_TEST_NO_INVALIDATION) {
-		*out = make_null_monitor(want);
-		*why = "TEST ONLY: idle registrations are kept and never invalidated";
-		return 0;
-	}
 	switch (want) {
 	case MRN_MONITOR_KERNEL:
 		*out = make_kernel_monitor(&err, why);

@@ -90,6 +90,10 @@ public:
 int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string *why);
 
 std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why);
+// Whether a module that speaks ABI `module_abi` serves this library, built
+// for MRN_ABI_VERSION: that one and every later one (<linux/mrnotify.h>
+// says why). Sets *why to the reason when not.
+bool kernel_abi_serves(uint32_t module_abi, std::string *why);
 // How the uffd monitor registers memory (uffd_ranges.h). The defaults are
 // what every cache gets; tests also build the old behaviour (one page, no
 // bound) to show what it did.

@@ -117,6 +117,15 @@ private:
 
 } // namespace
 
+bool kernel_abi_serves(uint32_t module_abi, std::string *why)
+{
+	if (module_abi >= MRN_ABI_VERSION)
+		return true;
+	*why = "mrnotify.ko speaks ABI " + std::to_string(module_abi) + ", older than this library's " +
+	       std::to_string(MRN_ABI_VERSION);
+	return false;
+}
+
 std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 {
 	const int fd = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
@@ -138,16 +147,15 @@ std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 		return nullptr;
 	}
 	const auto *status = static_cast<const mrn_status *>(p);
-	if (status->abi_version != MRN_ABI_VERSION) {
+	if (!kernel_abi_serves(status->abi_version, why)) {
 		*err = -EPROTO;
-		*why = "mrnotify.ko speaks ABI " + std::to_string(status->abi_version) +
-		       ", this library " + std::to_string(MRN_ABI_VERSION);
 		munmap(p, len);
 		close(fd);
 		return nullptr;
 	}
-	*why = std::string(MRN_DEVICE_PATH) + " is open (ABI " + std::to_string(MRN_ABI_VERSION) +
-	       ")";
+	*why = std::string(MRN_DEVICE_PATH) + " is open (the module speaks ABI " +
+	       std::to_string(status->abi_version) + ", this library " +
+	       std::to_string(MRN_ABI_VERSION) + ")";
 	return std::make_unique<KernelMonitor>(fd, status, len);
 }
 

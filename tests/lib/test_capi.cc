@@ -177,6 +177,28 @@ TEST(Create, RejectsBadConfigurations)
 	}
 }
 
+// #27: 4 was a monitor for the project's tests that kept idle entries and
+// never invalidated them, and the installed library accepted it. No value
+// outside the public enum opens a cache, with the installed library linked
+// as an application links it.
+TEST(Create, RefusesEveryMonitorOutsideThePublicEnum)
+{
+	mrn_config cfg;
+	ASSERT_EQ(0, mrn_config_init(&cfg));
+	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.dereg = [](void *, void *) { return 0; };
+	cfg.fork_policy = MRN_FORK_NONE;
+	for (int value : {4, 6, -1}) {
+		cfg.monitor = static_cast<mrn_monitor_t>(value);
+		mrn_cache_t *c = nullptr;
+		EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c)) << "monitor " << value;
+		EXPECT_EQ(nullptr, c);
+		if (c)
+			mrn_cache_destroy(c);
+	}
+	EXPECT_STREQ("unknown", mrn_monitor_to_string(static_cast<mrn_monitor_t>(4)));
+}
+
 // External mode: idle entries are kept and only mrn_invalidate_range() drops
 // them (the Open MPI component with Open MPI's own memory hooks).
 TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)

@@ -115,10 +115,12 @@ Section check_device(const Paths &paths)
 	} else {
 		const auto *status = static_cast<const struct mrn_status *>(p);
 		s.add("module_abi_version", std::to_string(status->abi_version));
-		if (status->abi_version != MRN_ABI_VERSION)
+		// A later ABI keeps every older call (<linux/mrnotify.h>).
+		if (status->abi_version < MRN_ABI_VERSION)
 			s.problems.push_back(
 				"the module speaks ABI " + std::to_string(status->abi_version) +
-				", this tool was built for " + std::to_string(MRN_ABI_VERSION));
+				", older than the " + std::to_string(MRN_ABI_VERSION) +
+				" this tool was built for");
 		munmap(p, static_cast<size_t>(page));
 	}
 	struct mrn_query q;

@@ -7,7 +7,6 @@
 // old registration and the data lands in the old pages; with mrnotify the
 // kernel has told the cache before munmap returned, and the data arrives.
 #include "mrnotify.h"
-#include "mrnotify_testing.h"
 #include "harness/rc_loopback.h"
 
 #include <sys/mman.h>
@@ -129,7 +128,7 @@ int main()
 		std::printf("A 16 KiB buffer, registered with ibv_reg_mr on %s through "
 			    "libmrnotify's cache.\n",
 			    rc.device_name().c_str());
-		const bool stale_ok = demo.scenario(MRN_MONITOR_TEST_NO_INVALIDATION,
+		const bool stale_ok = demo.scenario(MRN_MONITOR_EXTERNAL,
 						    "1. A cache that is never told about unmaps");
 		const bool mrn_ok = demo.scenario(MRN_MONITOR_KERNEL,
 						  "2. The same cache, told by mrnotify.ko");

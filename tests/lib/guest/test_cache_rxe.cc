@@ -3,7 +3,8 @@
 // register through the cache, RDMA-WRITE, munmap, mmap MAP_FIXED at the same
 // address with new contents, get from the cache again, RDMA-WRITE: the
 // process must see the second write. The same steps with a cache that hears
-// of no unmaps (test-only monitor) lose it: that is what the test guards.
+// of no unmaps (MRN_MONITOR_EXTERNAL, to which the test reports none: a cache whose
+// memory hooks missed the unmap) lose it: that is what the test guards.
 #include "verbs_cache.h"
 
 #include <gtest/gtest.h>
@@ -70,7 +71,7 @@ TEST_F(CacheOnRxe, SeedScenarioWithTheKernelMonitor)
 
 TEST_F(CacheOnRxe, SeedScenarioWithoutInvalidationLosesTheWrite)
 {
-	VerbsCache cache(rc.pd(), MRN_MONITOR_TEST_NO_INVALIDATION);
+	VerbsCache cache(rc.pd(), MRN_MONITOR_EXTERNAL);
 	EXPECT_FALSE(seed_scenario(cache)) << "a cache without invalidation should be stale here";
 	EXPECT_EQ(1u, cache.stats().hits);
 }
@@ -249,7 +250,7 @@ TEST_F(CacheOnRxe, HugePagesAndForkInitKeepFixedBuffersCached)
 	uint64_t ours_steady, blind_steady;
 	mrn_stats ours_stats;
 	{
-		VerbsCache blind(rc.pd(), MRN_MONITOR_TEST_NO_INVALIDATION);
+		VerbsCache blind(rc.pd(), MRN_MONITOR_EXTERNAL);
 		blind_steady = run(blind);
 	}
 	{

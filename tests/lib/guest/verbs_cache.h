@@ -7,7 +7,6 @@
 #define MRN_TESTS_VERBS_CACHE_H
 
 #include "mrnotify.h"
-#include "mrnotify_testing.h"
 #include "harness/pagemap_oracle.h"
 #include "harness/rc_loopback.h"
 

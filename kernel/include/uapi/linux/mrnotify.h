@@ -34,6 +34,12 @@
  * 2: the final form of the first ABI (ioctl magic 0xB9, 63-bit ids never
  * reused, per-user limits, counters in debugfs). 1 was the development ABI
  * (magic 0xB7); the *_SIZE_VER1 sizes name the first layout of each struct.
+ *
+ * A later version only adds: new ioctls, fields at the end of size-versioned
+ * structs, flags that older modules refuse. Every call of version V works
+ * unchanged on a module that speaks V or later, so a program built for V
+ * accepts a module whose abi_version is >= V. A change that breaks a call
+ * takes a new ioctl magic, never only a new number.
  */
 #define MRN_ABI_VERSION		2
 
