@@ -69,60 +69,97 @@ build_tree() {
 	make -j"$jobs" || die "build failed"
 }
 
+# One lane (lane NAME WHAT LOGS COMMAND...): a make target or script that
+# can run alone. Its status, time and the logs its tests leave are kept for
+# the table at the end.
+lane_names=() lane_rcs=() lane_secs=() lane_logs=()
+lane() {
+	local name=$1 what=$2 logs=$3
+	shift 3
+	say "$name: $what"
+	local t0=$SECONDS rc
+	"$@"
+	rc=$?
+	lane_names+=("$name") lane_rcs+=("$rc") lane_secs+=($((SECONDS - t0))) lane_logs+=("$logs")
+	return 0
+}
+
 run_tests() {
-	local status=0
-	say "unit tests (make check)"
-	make -j"$jobs" check || status=1
-	say "sanitizers (the unit tests under ThreadSanitizer, then AddressSanitizer + UBSan)"
-	"$top/tools/sanitizer-check.sh" thread "$build/sanitize-thread" || status=1
-	"$top/tools/sanitizer-check.sh" address "$build/sanitize-address" || status=1
-	say "guest tests (make check-guest: qemu, mrnotify.ko, Soft-RoCE)"
-	make check-guest || status=1
-	say "two nodes (make check-two-nodes: two guests on a private link, mpirun across both)"
-	make check-two-nodes || status=1
-	say "the module on Debian 11's 5.10 and Debian 13's 6.12 kernels (make check-kernels)"
-	# Their stacks are cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks};
-	# one that cannot be fetched is counted as skipped.
-	make check-kernels || status=1
-	say "Debian 13 (6.12, Open MPI 5.0.7): build, make check and the guest tests in its root (make check-debian13)"
-	make check-debian13 || status=1
-	say "the module on a debug kernel: lockdep, KASAN, KFENCE, the race fuzzer (make check-debug-kernel)"
+	# Each lane's logs (globs, relative to the build directory): every test
+	# log, not automake's test-suite.log, which repeats the failed ones.
+	lane "unit" "make check (libmrnotify, the harness, the UCX plugin, the Open MPI component, mrnotify-check)" \
+		"tests/lib/*.log tests/harness/*.log tests/ucx/*.log tests/mca/*.log tools/check/mrnotify-check.log" \
+		make -j"$jobs" check
+	lane "sanitizer-thread" "the unit tests under ThreadSanitizer" "sanitize-thread/tests/lib/*.log sanitize-thread/tests/harness/*.log" \
+		"$top/tests/harness/sanitizer-check.sh" thread "$build/sanitize-thread"
+	lane "sanitizer-address" "the unit tests under AddressSanitizer + UBSan" "sanitize-address/tests/lib/*.log sanitize-address/tests/harness/*.log" \
+		"$top/tests/harness/sanitizer-check.sh" address "$build/sanitize-address"
+	lane "guest" "make check-guest (qemu, mrnotify.ko, Soft-RoCE)" "tests/guest-results/[0-9]*.out" make check-guest
+	lane "two-nodes" "make check-two-nodes (two guests on a private link, mpirun across both)" "tests/two-nodes-results/node[12]/[0-9]*.out" make check-two-nodes
+	# Debian 11's 5.10 and Debian 13's 6.12; their stacks are cached in
+	# ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}, and one that cannot
+	# be fetched is counted as skipped.
+	lane "kernels" "make check-kernels (the module on Debian 11's 5.10 and Debian 13's 6.12)" \
+		"tests/kernel-results-[0-9]*/[0-9]*.out tests/kernel-results-[0-9]*/status.log" \
+		make check-kernels
+	lane "debian13" "make check-debian13 (build, make check and the guest tests in a Debian 13 root)" \
+		"debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/mca/*.log debian13/guest-results/[0-9]*.out debian13/status.log" \
+		make check-debian13
 	# Run when the kernel is cached; MRNOTIFY_DEBUG_KERNEL=build builds it
 	# first (80 min on 2 busy cores); skipped otherwise.
-	make check-debug-kernel || status=1
-	say "the packages, installed into a fresh Debian 12 root and booted (make check-install)"
-	# The root is cached in ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
-	# (tools/install-root.sh); docs/deploying.md lists what is checked.
-	make check-install || status=1
-	say "benchmarks (figures, not pass/fail; the guest is emulated: read its ratios)"
-	bench/cache_bench --quick || status=1
-	# The Open MPI component's hit path against grdma ran in make check
-	# (tests/mca/api_uffd.test); its figures:
-	sed -n '/^# hit path/,/^hit_speedup_vs_grdma=/p' tests/mca/api_uffd.log 2>/dev/null
-	make bench-guest || status=1
-	say "make distcheck"
-	make -j"$jobs" distcheck >distcheck.log 2>&1 || {
-		tail -n 40 distcheck.log
-		echo "make distcheck failed (full log: $build/distcheck.log)"
-		status=1
-	}
-	grep -E '^# (TOTAL|PASS|FAIL|ERROR)' distcheck.log | sed 's/^/distcheck /'
+	lane "debug-kernel" "make check-debug-kernel (lockdep, KASAN, KFENCE, the race fuzzer, trinity)" \
+		"tests/kernel-results-debug/[0-9]*.out tests/kernel-results-debug/status.log tests/kernel-results-debug-control/status.log" \
+		make check-debug-kernel
+	# The root is cached like the stacks (tests/harness/install-root.sh);
+	# docs/deploying.md lists what is checked.
+	lane "install" "make check-install (the packages in a fresh Debian 12 root, booted)" \
+		"tests/install-results/host.log tests/install-results/host-checks.log tests/install-results/guest/[0-9]*.out" \
+		make check-install
+	# Figures, not pass/fail (the guest is emulated: read its ratios). The
+	# Open MPI component's hit path against grdma ran in make check
+	# (tests/mca/api_uffd.test).
+	lane "bench" "benchmarks: figures, not pass/fail" "" sh -c 'rc=0
+		bench/cache_bench --quick || rc=1
+		sed -n "/^# hit path/,/^hit_speedup_vs_grdma=/p" tests/mca/api_uffd.log 2>/dev/null
+		make bench-guest || rc=1
+		exit $rc'
+	lane "distcheck" "make distcheck" "" sh -c 'make -j"$1" distcheck >distcheck.log 2>&1 ||
+		{ tail -n 40 distcheck.log; echo "make distcheck failed (full log: $PWD/distcheck.log)"; exit 1; }
+		grep -E "^# (TOTAL|PASS|FAIL|ERROR)" distcheck.log' sh "$jobs"
+	summary
+}
+
+# Every log's counts, then one row a lane (what it ran, its exit status and
+# time), kept in lanes.tsv for docs/testing.md (tests/harness/lanes-doc.sh); the
+# last line is the total.
+summary() {
 	say "summary"
 	shopt -s nullglob
-	# Every test log of the component (not automake's test-suite.log,
-	# which repeats the failed ones).
-	local mca_logs=(tests/mca/*.log)
-	mca_logs=("${mca_logs[@]/*test-suite.log/}")
-	local d13_logs=(debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/mca/*.log)
-	d13_logs=("${d13_logs[@]/*test-suite.log/}")
-	"$top/tools/test-summary.sh" tests/lib/*.log tests/harness/*.log tests/ucx/*.log \
-		sanitize-thread/tests/{lib,harness}/*.log sanitize-address/tests/{lib,harness}/*.log \
-		"${mca_logs[@]}" tools/check/mrnotify-check.log \
-		tests/guest-results/[0-9]*.out tests/two-nodes-results/node[12]/[0-9]*.out \
-		tests/kernel-results-*/[0-9]*.out tests/kernel-results-*/status.log \
-		"${d13_logs[@]}" debian13/guest-results/[0-9]*.out debian13/status.log \
-		tests/install-results/host.log tests/install-results/host-checks.log \
-		tests/install-results/guest/[0-9]*.out || status=1
+	local i status=0 all=() logs counts p f s tp=0 tf=0 ts=0
+	printf 'lane\tresult\tpassed\tfailed\tskipped\tseconds\n' >lanes.tsv
+	for i in "${!lane_names[@]}"; do
+		# shellcheck disable=SC2206 # the globs are meant to expand here
+		logs=(${lane_logs[$i]})
+		logs=("${logs[@]/*test-suite.log/}")
+		all+=("${logs[@]}")
+		p=0 f=0 s=0
+		if [ ${#logs[@]} -gt 0 ]; then
+			counts=$("$top/tests/harness/test-summary.sh" "${logs[@]}" | tail -n 1)
+			read -r p f s <<<"$(sed -E 's/^total: ([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/' <<<"$counts")"
+		fi
+		# A lane that failed without a failed test (it did not get to run
+		# them, or what failed is not a test) counts as one failure.
+		if [ "${lane_rcs[$i]}" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+		[ "$f" -eq 0 ] || status=1
+		tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
+		printf '%s\t%s\t%d\t%d\t%d\t%d\n' "${lane_names[$i]}" \
+			"$([ "${lane_rcs[$i]}" -eq 0 ] && echo ok || echo "FAILED (exit ${lane_rcs[$i]})")" \
+			"$p" "$f" "$s" "${lane_secs[$i]}" >>lanes.tsv
+	done
+	"$top/tests/harness/test-summary.sh" "${all[@]}" | sed '$d'
+	echo
+	awk -F '\t' '{ printf "%-18s %-18s %7s %7s %8s %8s\n", $1, $2, $3, $4, $5, $6 }' lanes.tsv
+	echo "total: $tp passed, $tf failed, $ts skipped"
 	return $status
 }
 

@@ -407,7 +407,7 @@ void read_sections(size_t n)
 }
 
 // --profile: only our hits, ENTRIES cached, random order, for about
-// SECONDS, so that a profiler (tools/profile-hits.sh) samples nothing else.
+// SECONDS, so that a profiler (bench/profile-hits.sh) samples nothing else.
 int profile_hits(const char *spec)
 {
 	char *end = nullptr;
@@ -465,7 +465,7 @@ int main(int argc, char **argv)
 			    "Hit latency, thread scaling, miss overhead and memory per entry of\n"
 			    "libmrnotify's cache against UCX's ucs_rcache, in the same run.\n"
 			    "--profile: only our hits with ENTRIES cached, in random order, for\n"
-			    "SECONDS (default 5), for a profiler (tools/profile-hits.sh).\n",
+			    "SECONDS (default 5), for a profiler (bench/profile-hits.sh).\n",
 			    argv[0]);
 		return 2;
 	}

@@ -34,7 +34,7 @@ AC_DEFUN([MRN_CHECK_OMPI], [
   # libopenmpi-dev lacks opal/mca/threads/pthreads/*.h and
   # opal/mca/timer/linux/timer_linux.h). They come from the matching
   # source tree, searched after the installed headers:
-  # --with-ompi-source=DIR (tools/stacks.sh fetches Debian's for 6.12).
+  # --with-ompi-source=DIR (tests/harness/stacks.sh fetches Debian's for 6.12).
   AC_ARG_WITH([ompi-source],
     [AS_HELP_STRING([--with-ompi-source=DIR], [the source tree of the same Open MPI release, for the internal headers its devel package lacks (Open MPI 5: opal/mca/threads/pthreads/*.h, opal/mca/timer/linux/*.h)])],
     [], [with_ompi_source=])

@@ -6,7 +6,7 @@
 # docs/deploying.md describes it:
 #  1. dpkg-buildpackage -us -uc -b builds the packages (and again at the next
 #     version, for the upgrade); lintian checks them;
-#  2. a fresh Debian 12 root made by mmdebstrap (tools/install-root.sh,
+#  2. a fresh Debian 12 root made by mmdebstrap (tests/harness/install-root.sh,
 #     cached outside the tree), used through a throw-away overlay;
 #  3. dpkg -i the packages there: DKMS builds mrnotify.ko against the root's
 #     kernel headers; the -dev package builds a program (mrn_holder);
@@ -20,15 +20,15 @@
 #
 # Usage: check-install.sh --srcdir DIR --builddir DIR
 # Environment: MRNOTIFY_STACKS_DIR, MRNOTIFY_STACKS=skip (see
-# tools/install-root.sh): a root that cannot be made is a SKIP (exit 77).
+# tests/harness/install-root.sh): a root that cannot be made is a SKIP (exit 77).
 # Results: BUILDDIR/tests/install-results (host.log, guest/N.out).
 set -u -o pipefail
 
 prog=$(basename "$0")
 lane_help=4,24
 # say, timed, lane_args
-# shellcheck source=../../tools/script-lib.sh
-. "$(dirname "$0")/../../tools/script-lib.sh"
+# shellcheck source=../harness/script-lib.sh
+. "$(dirname "$0")/../harness/script-lib.sh"
 lane_args "$@"
 [ ${#lane_rest[@]} -eq 0 ] || { say "usage: $prog --srcdir DIR --builddir DIR"; exit 2; }
 here=$srcdir/tests/install
@@ -131,11 +131,11 @@ fi
 
 # --- 2. the fresh Debian 12 root ------------------------------------------------
 
-timed "the Debian 12 root (cached)" "$srcdir/tools/install-root.sh" fetch
+timed "the Debian 12 root (cached)" "$srcdir/tests/harness/install-root.sh" fetch
 rc=$?
-[ $rc -eq 3 ] && { skip "the Debian 12 root could not be made (tools/install-root.sh)"; finish; }
-[ $rc -eq 0 ] || { bad "tools/install-root.sh fetch"; finish; }
-root=$("$srcdir/tools/install-root.sh" path) || exit 1
+[ $rc -eq 3 ] && { skip "the Debian 12 root could not be made (tests/harness/install-root.sh)"; finish; }
+[ $rc -eq 0 ] || { bad "tests/harness/install-root.sh fetch"; finish; }
+root=$("$srcdir/tests/harness/install-root.sh" path) || exit 1
 envm=$(dirname "$root")/bookworm-environment-modules/root
 rel=$(ls "$root/lib/modules" | sort -V | tail -n 1)
 

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Shared by the install test's scripts: one line per check, a count at the
-# end in the form tools/test-summary.sh reads ("NAME: N passed, N failed").
+# end in the form tests/harness/test-summary.sh reads ("NAME: N passed, N failed").
 passed=0 failed=0 skipped=0
 ok() { echo "ok - $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL - $*"; failed=$((failed + 1)); }

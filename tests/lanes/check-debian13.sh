@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: BSD-3-Clause
 #
 # check-debian13.sh: the whole project on Debian 13 (kernel 6.12, Open MPI
-# 5.0.7): built in a chroot of the cached Debian 13 root (tools/stacks.sh
+# 5.0.7): built in a chroot of the cached Debian 13 root (tests/harness/stacks.sh
 # run 6.12), make check there (unit tests, the Open MPI component's tests),
 # then the guest tests (make check-guest's commands) in a guest booting
 # Debian 13's kernel with that root over 9p.
 #
 # Usage: check-debian13.sh --srcdir DIR --builddir DIR [-- CONFIGURE-ARGS...]
 # The tree is configured in BUILDDIR/debian13 with --enable-werror and
-# CONFIGURE-ARGS. Results, read by tools/test-summary.sh:
+# CONFIGURE-ARGS. Results, read by tests/harness/test-summary.sh:
 #   BUILDDIR/debian13/tests/**/*.log     make check's logs
 #   BUILDDIR/debian13/guest-results/     N.out / N.rc per guest command
 #   BUILDDIR/debian13/status.log         one "N passed, N failed, N skipped"
@@ -19,11 +19,11 @@
 set -u -o pipefail
 prog=$(basename "$0")
 lane_help=4,18
-# shellcheck source=../../tools/script-lib.sh
-. "$(dirname "$0")/../../tools/script-lib.sh"
+# shellcheck source=../harness/script-lib.sh
+. "$(dirname "$0")/../harness/script-lib.sh"
 lane_args "$@"
 set -- "${lane_rest[@]+"${lane_rest[@]}"}"
-stacks=$srcdir/tools/stacks.sh
+stacks=$srcdir/tests/harness/stacks.sh
 b=$builddir/debian13
 mkdir -p "$b" || exit 2
 # No results of an earlier run may be counted for this one.

@@ -3,7 +3,7 @@
 #
 # check-debug-kernel.sh: the module's tests on a debug kernel (Debian 12's
 # 6.1 source with lockdep, KASAN, KFENCE and DEBUG_OBJECTS; see
-# tools/debug-kernel.sh), where the guest's check of the kernel log can
+# tests/harness/debug-kernel.sh), where the guest's check of the kernel log can
 # actually see locking, sleeping-in-atomic and lifetime bugs:
 #  - every kernel test (tests/kernel/*) and the library's guest tests, on
 #    two NUMA nodes (for move_pages; NUMA balancing off, so that nothing
@@ -27,31 +27,31 @@
 # MRNOTIFY_DEBUG_KERNEL=build (80 min on 2 busy cores), and the lane is
 # SKIPPED (not passed) otherwise. Results: <builddir>/tests/
 # kernel-results-debug/ (N.out / N.rc, or status.log; read by
-# tools/test-summary.sh).
+# tests/harness/test-summary.sh).
 set -u -o pipefail
 
 prog=$(basename "$0")
 lane_help=4,23
-# shellcheck source=../../tools/script-lib.sh
-. "$(dirname "$0")/../../tools/script-lib.sh"
+# shellcheck source=../harness/script-lib.sh
+. "$(dirname "$0")/../harness/script-lib.sh"
 lane_args "$@"
 [ ${#lane_rest[@]} -eq 0 ] || { echo "$prog: unknown argument '${lane_rest[0]}'" >&2; exit 2; }
 
-tools=$srcdir/tools
+harness=$srcdir/tests/harness
 res=$builddir/tests/kernel-results-debug
 rm -rf "$res" && mkdir -p "$res" || exit 2
 skip() { echo "kernel-debug: 0 passed, 0 failed, 1 skipped ($*)" | tee "$res/status.log"; exit 0; }
 fail() { echo "kernel-debug: 0 passed, 1 failed, 0 skipped ($*)" | tee "$res/status.log"; exit 1; }
 
 if [ "${MRNOTIFY_DEBUG_KERNEL:-}" = build ]; then
-	"$tools/debug-kernel.sh" build
+	"$harness/debug-kernel.sh" build
 	case $? in
 	0) ;;
 	3) skip "the debug kernel's source is missing" ;;
 	*) fail "building the debug kernel failed" ;;
 	esac
 fi
-env=$("$tools/debug-kernel.sh" env 2>/dev/null) ||
+env=$("$harness/debug-kernel.sh" env 2>/dev/null) ||
 	skip "no debug kernel cached; MRNOTIFY_DEBUG_KERNEL=build makes one"
 eval "$env"
 

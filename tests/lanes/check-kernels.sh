@@ -9,22 +9,22 @@
 #
 # Usage: check-kernels.sh --srcdir DIR --builddir DIR [KERNEL...]
 #   KERNEL: 5.10, 6.12 (default: both)
-# Stacks come from tools/stacks.sh (cached; MRNOTIFY_STACKS_DIR,
+# Stacks come from tests/harness/stacks.sh (cached; MRNOTIFY_STACKS_DIR,
 # MRNOTIFY_STACKS=skip). A kernel whose stack cannot be had is SKIPPED, not
 # passed. Results: <builddir>/tests/kernel-results-KERNEL/: N.out / N.rc per
 # test program, and status.log when the kernel was skipped or its module did
-# not build (read by tools/test-summary.sh).
+# not build (read by tests/harness/test-summary.sh).
 set -u -o pipefail
 
 prog=$(basename "$0")
 lane_help=4,16
-# shellcheck source=../../tools/script-lib.sh
-. "$(dirname "$0")/../../tools/script-lib.sh"
+# shellcheck source=../harness/script-lib.sh
+. "$(dirname "$0")/../harness/script-lib.sh"
 lane_args "$@"
 set -- "${lane_rest[@]+"${lane_rest[@]}"}"
 [ $# -gt 0 ] || set -- 5.10 6.12
 
-stacks=$srcdir/tools/stacks.sh
+stacks=$srcdir/tests/harness/stacks.sh
 tests=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test kernel/mrn_stress_test)
 for t in "${tests[@]}"; do
 	[ -x "$builddir/tests/$t" ] || { echo "$prog: $builddir/tests/$t is not built" >&2; exit 2; }

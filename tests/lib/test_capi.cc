@@ -439,7 +439,7 @@ TEST(UffdThread, RunsOnEveryCpuOfTheProcess)
 TEST_F(Uffd, FileBackedMemoryIsNotKeptIdle)
 {
 	// In the working directory (the build tree), not /tmp: /tmp may be a
-	// tmpfs (as in tools/stacks.sh's chroot), whose shmem pages uffd can watch.
+	// tmpfs (as in tests/harness/stacks.sh's chroot), whose shmem pages uffd can watch.
 	char path[] = "mrn-capi-XXXXXX";
 	const int fd = mkstemp(path);
 	ASSERT_GE(fd, 0);

@@ -68,7 +68,7 @@ TEST_P(ModelTest, ConcurrentGetsPutsUnmapsAndForksAgreeWithTheModel)
 
 	const int kThreads = 3;
 	// 1.2 million operations in all; sanitizer builds run fewer
-	// (tools/sanitizer-check.sh sets MRN_MODEL_OPS_PER_THREAD).
+	// (tests/harness/sanitizer-check.sh sets MRN_MODEL_OPS_PER_THREAD).
 	const char *env_ops = getenv("MRN_MODEL_OPS_PER_THREAD");
 	const uint64_t kOpsPerThread = env_ops ? strtoull(env_ops, nullptr, 10) : 400000;
 	std::vector<std::thread> threads;

@@ -24,7 +24,7 @@ pass() { echo "PASS: $*"; passes=$((passes + 1)); }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # A check that cannot run with this Open MPI: counted as skipped, not passed.
 skip() { echo "SKIP: $*"; skips=$((skips + 1)); }
-# The last line is the count tools/test-summary.sh adds up. Nothing passed
+# The last line is the count tests/harness/test-summary.sh adds up. Nothing passed
 # and something skipped: exit 77 (automake's SKIP).
 finish() {
 	echo "$(basename "$0"): $passes passed, $fails failed, $skips skipped"

@@ -5,7 +5,7 @@
 # it needs: with the plugin (through mrnotify-ucx-run), with UCX's own hooks,
 # or "blind" (UCM told that unmap events come from elsewhere, and none come),
 # which shows the failure each check catches. Output follows GoogleTest's
-# summary format so that tools/test-summary.sh counts the cases.
+# summary format so that tests/harness/test-summary.sh counts the cases.
 #
 # Usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR
 #                           [--noentry LIB] [--bin DIR] [--list] GROUP|CASE...

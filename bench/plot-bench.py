@@ -4,7 +4,7 @@
 
 Usage: plot-bench.py RECORD OUTDIR
 
-RECORD is a file written by tools/record-bench.sh: a header of "# key: value"
+RECORD is a file written by bench/record-bench.sh: a header of "# key: value"
 lines (date, machine, commit, command) and each benchmark's output after a
 "## <command>" line. Writes into OUTDIR:
   hits.svg      hit latency (get + put) of libmrnotify, ucs_rcache and the

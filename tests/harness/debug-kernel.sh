@@ -3,7 +3,7 @@
 #
 # debug-kernel.sh: Debian 12's 6.1 kernel (package linux-source-6.1) built
 # with lockdep, KASAN, KFENCE, DEBUG_OBJECTS and fault injection
-# (tools/debug-kernel.config), cached outside the source tree. Debian's own
+# (tests/harness/debug-kernel.config), cached outside the source tree. Debian's own
 # kernel has none of these, so without this kernel the guest's check of the
 # kernel log for such reports could never fire.
 #

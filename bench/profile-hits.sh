@@ -5,7 +5,7 @@
 # linux-perf), and writes, per size, the functions and then the source
 # lines that took the most samples, each line with its text.
 #
-#   tools/profile-hits.sh BUILDDIR [OUT]      (OUT default: standard output)
+#   bench/profile-hits.sh BUILDDIR [OUT]      (OUT default: standard output)
 #
 # The event is cpu-clock (a timer), because virtual machines often offer no
 # hardware counters: a sample lands an instruction or two after the one
@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 out=${2:-/dev/stdout}
 
 {
-	echo "# tools/profile-hits.sh, $(date -u +%Y-%m-%d), $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?'),"
+	echo "# bench/profile-hits.sh, $(date -u +%Y-%m-%d), $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?'),"
 	echo "# $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) CPUs, Linux $(uname -r), load $(cut -d' ' -f1 /proc/loadavg)"
 	for n in 100 1000000; do
 		echo

@@ -5,7 +5,7 @@
 # capi_bench, fork_bench) from BUILDDIR/bench and writes their output to
 # OUT, after a header naming the date, the machine, the commit and each
 # command, so that every figure in docs/performance.md can be traced to the
-# run that produced it (tools/plot-bench.py draws the plots from OUT).
+# run that produced it (bench/plot-bench.py draws the plots from OUT).
 # Run it on a quiet machine: nothing else running, no guests.
 set -u -o pipefail
 

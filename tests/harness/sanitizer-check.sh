@@ -3,10 +3,10 @@
 #
 # Builds libmrnotify and its unit tests with a sanitizer, in a build tree of
 # their own, and runs the unit tests there:
-#   tools/sanitizer-check.sh thread  [BUILDDIR]   ThreadSanitizer
-#   tools/sanitizer-check.sh address [BUILDDIR]   AddressSanitizer + UBSan
+#   tests/harness/sanitizer-check.sh thread  [BUILDDIR]   ThreadSanitizer
+#   tests/harness/sanitizer-check.sh address [BUILDDIR]   AddressSanitizer + UBSan
 # Any report fails the run. Each test's output goes to BUILDDIR/tests/lib/
-# NAME.log (GoogleTest's summary lines, which tools/test-summary.sh counts).
+# NAME.log (GoogleTest's summary lines, which tests/harness/test-summary.sh counts).
 set -u -o pipefail
 
 kind=${1:-}
@@ -17,7 +17,7 @@ thread | address) ;;
 	exit 2
 	;;
 esac
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 build=${2:-$top/_build-$kind}
 jobs=$(nproc 2>/dev/null || echo 2)
 

@@ -1,0 +1,48 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Writes the lane table of the last `./quickstart.sh test` (BUILD/lanes.tsv)
+# into docs/testing.md, and its total time and counts into the README's
+# quick start, between their "lanes:" markers, naming the commit and the
+# date. Run it after a whole run on a quiet machine with the caches warm.
+# Usage: tests/harness/lanes-doc.sh [BUILD]   (default: _build)
+set -u -o pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+tsv=${1:-$top/_build}/lanes.tsv
+[ -s "$tsv" ] || { echo "lanes-doc.sh: no $tsv: run ./quickstart.sh test first" >&2; exit 2; }
+commit=$(git -C "$top" rev-parse --short HEAD)
+day=$(date -u -r "$tsv" +%Y-%m-%d)
+
+# Replaces what stands between "<!-- lanes: ... -->" and "<!-- lanes: end -->"
+# in FILE with standard input.
+replace_between() {
+	local file=$1 body
+	body=$(cat)
+	BODY=$body awk '
+		/<!-- lanes: end -->/ { skip = 0 }
+		!skip { print }
+		/<!-- lanes: generated/ { print ENVIRON["BODY"]; skip = 1 }
+	' "$file" >"$file.new" && mv "$file.new" "$file"
+}
+
+awk -F '\t' -v commit="$commit" -v day="$day" '
+	NR == 1 { next }
+	{ rows[NR] = $0; p += $3; f += $4; s += $5; t += $6 }
+	END {
+		printf "`./quickstart.sh test` at commit %s (%s), one lane after the other:\n\n", commit, day
+		print "| lane | result | passed | failed | skipped | seconds |"
+		print "|---|---|---|---|---|---|"
+		for (i = 2; i <= NR; i++) {
+			split(rows[i], c, "\t")
+			printf "| %s | %s | %d | %d | %d | %d |\n", c[1], c[2], c[3], c[4], c[5], c[6]
+		}
+		printf "| **total** | | %d | %d | %d | %d (%.0f min) |\n", p, f, s, t, t / 60
+	}' "$tsv" | replace_between "$top/docs/testing.md"
+
+awk -F '\t' -v commit="$commit" -v day="$day" '
+	NR == 1 { next }
+	{ p += $3; f += $4; s += $5; t += $6 }
+	END {
+		printf "With the caches warm, `test` took %.0f minutes at commit %s (%s): %d passed, %d failed, %d skipped;\n", t / 60, commit, day, p, f, s
+		print "each lane'"'"'s time is in [docs/testing.md](docs/testing.md#times)."
+	}' "$tsv" | replace_between "$top/README.md"
+echo "lanes-doc.sh: docs/testing.md and README.md updated from $tsv"
