@@ -24,9 +24,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 packages=(
 	autoconf automake libtool pkg-config make gcc g++
-	libgtest-dev libbenchmark-dev liburcu-dev
-	libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
-	libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhwloc-dev
+	libgtest-dev liburcu-dev
+	libibverbs-dev ibverbs-providers ibverbs-utils
+	libopenmpi-dev openmpi-bin libucx-dev ucx-utils
 	linux-headers-amd64 linux-image-amd64 kmod
 	qemu-system-x86 busybox-static cpio iproute2
 	mmdebstrap

@@ -33,6 +33,7 @@
 #include <linux/build_bug.h>
 #include <linux/cred.h>
 #include <linux/debugfs.h>
+#include <linux/device.h>
 #include <linux/fs.h>
 #include <linux/hashtable.h>
 #include <linux/lockdep.h>
@@ -1045,15 +1046,19 @@ static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
  * sums over all processes, so a test can see what happened to a context
  * whose owner has exited. Not ABI.
  */
-static int mrn_counter_get(void *data, u64 *val)
+static u64 mrn_counter_sum(enum mrn_counter c)
 {
-	const unsigned int c = (uintptr_t)data;
 	u64 sum = 0;
 	int cpu;
 
 	for_each_possible_cpu(cpu)
 		sum += READ_ONCE(per_cpu_ptr(&mrn_pcpu_stats, cpu)->count[c]);
-	*val = sum;
+	return sum;
+}
+
+static int mrn_counter_get(void *data, u64 *val)
+{
+	*val = mrn_counter_sum((uintptr_t)data);
 	return 0;
 }
 DEFINE_DEBUGFS_ATTRIBUTE(mrn_counter_fops, mrn_counter_get, NULL, "%llu\n");
@@ -1119,10 +1124,59 @@ static const struct file_operations mrn_fops = {
 	 */
 };
 
+/*
+ * /sys/class/misc/mrnotify/: module-wide usage, one value per file. ABI
+ * (docs/kernel-abi.md), unlike debugfs: mrnotify-check and monitoring read
+ * these. Root only, as the sums span every user's processes.
+ */
+static ssize_t contexts_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&mrn_nr_contexts));
+}
+
+static ssize_t registrations_show(struct device *dev, struct device_attribute *attr,
+				  char *buf)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&mrn_nr_regs));
+}
+
+static ssize_t invalidated_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_INVALIDATED));
+}
+
+static ssize_t drained_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_DRAINED));
+}
+
+static ssize_t user_limit_hits_show(struct device *dev, struct device_attribute *attr,
+				    char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_USER_LIMIT));
+}
+
+static DEVICE_ATTR_ADMIN_RO(contexts);
+static DEVICE_ATTR_ADMIN_RO(registrations);
+static DEVICE_ATTR_ADMIN_RO(invalidated);
+static DEVICE_ATTR_ADMIN_RO(drained);
+static DEVICE_ATTR_ADMIN_RO(user_limit_hits);
+
+static struct attribute *mrn_attrs[] = {
+	&dev_attr_contexts.attr,
+	&dev_attr_registrations.attr,
+	&dev_attr_invalidated.attr,
+	&dev_attr_drained.attr,
+	&dev_attr_user_limit_hits.attr,
+	NULL
+};
+ATTRIBUTE_GROUPS(mrn);
+
 static struct miscdevice mrn_misc = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = "mrnotify",
 	.fops = &mrn_fops,
+	.groups = mrn_groups,
 	/* Safe for everyone: a context can only watch its opener. */
 	.mode = 0666,
 };

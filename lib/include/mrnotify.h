@@ -69,6 +69,11 @@
 extern "C" {
 #endif
 
+/*
+ * The source interface's version: raised by every addition and every
+ * change; the soname (libmrnotify.so.0) and the symbol node (MRNOTIFY_1)
+ * change only as docs/libmrnotify.md ("Versions") says.
+ */
 #define MRN_API_VERSION 2
 
 typedef struct mrn_cache mrn_cache_t;

@@ -10,7 +10,7 @@
 #
 # Usage: guests-under-load.sh --builddir DIR --srcdir DIR [--rounds N]
 #          [--guests K] [--hogs H] [--kernel-clock] [--results DIR]
-# Each guest boots Debian 13's 6.12 kernel (tools/stacks.sh), loads the
+# Each guest boots Debian 13's 6.12 kernel (tests/harness/stacks.sh), loads the
 # module built for it (make check-kernels builds it) and runs the race
 # fuzzer and the stress test. Prints one line a guest and a total; exits 1
 # if any guest oopsed or failed, 77 if the stack is not there.
@@ -34,8 +34,8 @@ done
 for n in "$rounds" "$guests" "$hogs"; do
 	[[ $n =~ ^[0-9]+$ ]] || { echo "$prog: '$n' is not a whole number" >&2; exit 2; }
 done
-env=$("$srcdir/tools/stacks.sh" env 6.12 2>/dev/null) || {
-	echo "$prog: SKIP (Debian 13's stack is not cached: tools/stacks.sh fetch 6.12)"; exit 77; }
+env=$("$srcdir/tests/harness/stacks.sh" env 6.12 2>/dev/null) || {
+	echo "$prog: SKIP (Debian 13's stack is not cached: tests/harness/stacks.sh fetch 6.12)"; exit 77; }
 eval "$env"
 ko=$builddir/kernel/6.12/mrnotify.ko
 [ -f "$ko" ] || { echo "$prog: $ko is missing: make -C $builddir/tests check-kernels KERNELS=6.12" >&2; exit 2; }

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "mrn_test_util.h"
@@ -174,6 +176,59 @@ TEST(Register, DrainReportsCookieIdAndRangeOnce)
 	EXPECT_EQ(0u, q.dirty);
 	EXPECT_EQ(1, stats["invalidated"]);
 	EXPECT_EQ(1, stats["drained"]);
+}
+
+// The module-wide usage in /sys/class/misc/mrnotify/ is ABI (#27): each file
+// one decimal value, what mrnotify-check reads, moving with this test's own
+// use (nothing else uses the module while it runs); root only.
+long long sysfs_value(const char *name)
+{
+	std::ifstream f(std::string("/sys/class/misc/mrnotify/") + name);
+	long long v = -1;
+	std::string rest;
+	if (!(f >> v) || (f >> rest))
+		return -1;
+	return v;
+}
+
+TEST(Sysfs, UsageFilesFollowTheContextsAndRegistrations)
+{
+	const long long contexts = sysfs_value("contexts"), regs = sysfs_value("registrations");
+	const long long invalidated = sysfs_value("invalidated"), drained = sysfs_value("drained");
+	ASSERT_GE(contexts, 0) << "/sys/class/misc/mrnotify/contexts";
+	ASSERT_GE(regs, 0);
+	ASSERT_GE(invalidated, 0);
+	ASSERT_GE(drained, 0);
+	ASSERT_GE(sysfs_value("user_limit_hits"), 0);
+	{
+		Ctx c;
+		ASSERT_TRUE(c.ok());
+		Map m(4 * page_size());
+		ASSERT_NE(nullptr, m.get());
+		m.touch();
+		ASSERT_GT(c.reg(m.get(), page_size()), 0);
+		ASSERT_GT(c.reg(m.get() + page_size(), page_size()), 0);
+		EXPECT_EQ(contexts + 1, sysfs_value("contexts"));
+		EXPECT_EQ(regs + 2, sysfs_value("registrations"));
+		ASSERT_EQ(0, munmap(m.get(), m.size()));
+		m.release();
+		EXPECT_EQ(2u, c.drain(16).size());
+		EXPECT_EQ(invalidated + 2, sysfs_value("invalidated"));
+		EXPECT_EQ(drained + 2, sysfs_value("drained"));
+	}
+	EXPECT_EQ(contexts, sysfs_value("contexts"));
+	EXPECT_EQ(regs, sysfs_value("registrations"));
+}
+
+TEST(Sysfs, UsageFilesAreRootOnly)
+{
+	struct stat st;
+	for (const char *name :
+	     {"contexts", "registrations", "invalidated", "drained", "user_limit_hits"}) {
+		const std::string path = std::string("/sys/class/misc/mrnotify/") + name;
+		ASSERT_EQ(0, stat(path.c_str(), &st)) << path;
+		EXPECT_EQ(0400u, st.st_mode & 07777) << path;
+	}
 }
 
 TEST(Register, UnregisterCleanThenAgainIsESTALE)

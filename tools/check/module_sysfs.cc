@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Everything mrnotify-check reads from sysfs, in one function: the module's
-// files (parameters in sysfs, module-wide counters in debugfs) are read
-// here only.
+// parameters and its module-wide usage (/sys/class/misc/mrnotify/, the
+// module's ABI; debugfs is not, and is not read) are read here only.
 #include "node_facts.h"
 
 #include <fstream>
@@ -38,20 +38,22 @@ ModuleSysfs read_module_sysfs(const std::string &sysfs_root)
 		if (read_first_line(mod + "/parameters/" + name, &v))
 			m.values[name] = v;
 
-	// Module-wide usage: debugfs, one value per file, root only (it sums
-	// over every process and user); docs/kernel-abi.md lists the files.
-	const std::string dbg = sysfs_root + "/kernel/debug/mrnotify";
-	if (stat(dbg.c_str(), &st) != 0) {
-		m.stats_error = dbg + " does not exist (debugfs not mounted, or not root: "
-				      "mount -t debugfs none /sys/kernel/debug)";
+	// Module-wide usage, one value per file, root only (it sums over every
+	// process and user); docs/kernel-abi.md lists the files.
+	const std::string dev = sysfs_root + "/class/misc/mrnotify";
+	if (stat(dev.c_str(), &st) != 0) {
+		m.stats_error = dev + " does not exist (the module is loading or unloading)";
 		return m;
 	}
 	for (const char *name :
 	     {"contexts", "registrations", "invalidated", "drained", "user_limit_hits"}) {
-		if (read_first_line(dbg + "/" + name, &v))
+		if (read_first_line(dev + "/" + name, &v))
 			m.values[name] = v;
+		else if (stat((dev + "/" + name).c_str(), &st) != 0)
+			m.stats_error = dev + "/" + name +
+					" does not exist (a module older than this tool)";
 		else
-			m.stats_error = dbg + "/" + name + " is not readable (root only)";
+			m.stats_error = dev + "/" + name + " is not readable (root only)";
 	}
 	return m;
 }
