@@ -5,7 +5,7 @@
 #ifndef MRN_BENCH_CACHE_H
 #define MRN_BENCH_CACHE_H
 
-#include "../lib/src/cache.h"
+#include "cache.h"
 
 #include <memory>
 #include <stdexcept>

@@ -3,7 +3,7 @@
 // loaded): tens of thousands of small cached registrations leave the
 // application its mappings. The kernel watches registrations without
 // touching VMAs, so nothing here splits a mapping.
-#include "../mappings_left.h"
+#include "lib/mappings_left.h"
 
 #include <gtest/gtest.h>
 
