@@ -82,22 +82,22 @@ class Cache::DrainSink final : public InvalidationSink {
 public:
 	explicit DrainSink(Cache &c) : cache_(c) {}
 
-	void invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t, uintptr_t) override
+	void invalidate_cookie(uint64_t cookie, uint64_t watch_id, uintptr_t, uintptr_t) override
 	{
 		Entry *x = reinterpret_cast<Entry *>(static_cast<uintptr_t>(cookie));
 		// The kernel reports only registrations we have not unregistered,
 		// so the cookie is a live entry; the id check guards against our
 		// own bugs.
-		if (!x || x->track_id != track_id) {
+		if (!x || x->watch_id != watch_id) {
 			log(0,
 			    "cache %s: the monitor reported an unknown registration (id %" PRIu64
 			    ")",
-			    cache_.name_.c_str(), track_id);
+			    cache_.name_.c_str(), watch_id);
 			return;
 		}
 		// The kernel dropped its registration when it reported it.
-		x->track_id = 0;
-		x->flags &= uint8_t(~Entry::kTracked);
+		x->watch_id = 0;
+		x->flags &= uint8_t(~Entry::kWatched);
 		condemn(x);
 	}
 	void invalidate_range(uintptr_t start, uintptr_t end) override
@@ -529,10 +529,10 @@ void Cache::advise_entry(Entry *p)
 int Cache::track_entry(Writer &w, Entry *p)
 {
 	for (int attempt = 0;; attempt++) {
-		const int rc = monitor_->track(p->start, p->end, reinterpret_cast<uintptr_t>(p),
-					       &p->track_id);
+		const int rc = monitor_->watch(p->start, p->end, reinterpret_cast<uintptr_t>(p),
+					       &p->watch_id);
 		if (rc == 0) {
-			p->flags |= Entry::kTracked;
+			p->flags |= Entry::kWatched;
 			return 0;
 		}
 		if (rc == -EOPNOTSUPP) {
@@ -558,11 +558,11 @@ int Cache::track_entry(Writer &w, Entry *p)
 void Cache::make_uncached(Writer &, Entry *p)
 {
 	p->flags |= Entry::kUncached;
-	if (!p->has(Entry::kTracked))
+	if (!p->has(Entry::kWatched))
 		return;
-	monitor_->untrack(p->track_id);
-	p->track_id = 0;
-	p->flags &= uint8_t(~Entry::kTracked);
+	monitor_->unwatch(p->watch_id);
+	p->watch_id = 0;
+	p->flags &= uint8_t(~Entry::kWatched);
 	// Its fork advice stays while it is in use.
 }
 
@@ -636,8 +636,8 @@ void Cache::abandon_entry(Writer &w, Entry *p)
 	if (!owns(p))
 		return; // the parent's, in a forked child
 	unindexed_.erase(p);
-	if (p->has(Entry::kTracked))
-		monitor_->untrack(p->track_id);
+	if (p->has(Entry::kWatched))
+		monitor_->unwatch(p->watch_id);
 	undo_fork_advice(w, p);
 	pool_.release(p);
 }
@@ -820,8 +820,8 @@ void Cache::destroy_doomed(Writer &w)
 		if (forked_ || !owns(x))
 			continue;
 		pinned_bytes_ -= x->length();
-		if (x->has(Entry::kTracked))
-			monitor_->untrack(x->track_id);
+		if (x->has(Entry::kWatched))
+			monitor_->unwatch(x->watch_id);
 		undo_fork_advice(w, x);
 		if (x->has(Entry::kAdvised))
 			advised_--;

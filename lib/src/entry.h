@@ -35,7 +35,7 @@ struct alignas(8) Entry {
 	};
 	// Writer-side facts about the entry (under the writer mutex).
 	enum Flags : uint8_t {
-		kTracked = 1,  // the monitor watches it (untrack at the end)
+		kWatched = 1,  // the monitor watches it (unwatch at the end)
 		kAdvised = 2,  // its pages were advised MADV_DONTFORK
 		kUncached = 4, // never indexed: it lives only while in use
 		kSelected = 8, // chosen as an eviction victim in this pass
@@ -58,7 +58,7 @@ struct alignas(8) Entry {
 	// mutex, hence atomic (relaxed).
 	std::atomic<uint32_t> last_use;
 	// The monitor's handle (kernel registration id).
-	uint64_t track_id;
+	uint64_t watch_id;
 	// Intrusive links: the cache's list of live entries outside the index,
 	// or (next only) a writer's local list of victims or doomed entries.
 	// An entry is on at most one list at a time.

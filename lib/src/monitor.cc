@@ -16,12 +16,12 @@ public:
 	explicit NullMonitor(mrn_monitor_t kind) : kind_(kind) {}
 	mrn_monitor_t kind() const override { return kind_; }
 	const uint64_t *generation() const override { return &generation_; }
-	int track(uintptr_t, uintptr_t, uint64_t, uint64_t *id) override
+	int watch(uintptr_t, uintptr_t, uint64_t, uint64_t *id) override
 	{
 		*id = 0;
 		return 0;
 	}
-	int untrack(uint64_t) override { return 0; }
+	int unwatch(uint64_t) override { return 0; }
 	int drain(InvalidationSink &, uint64_t *generation) override
 	{
 		*generation = generation_;

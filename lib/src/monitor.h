@@ -24,12 +24,12 @@ inline uint64_t load_generation(const uint64_t *word)
 	return __atomic_load_n(word, __ATOMIC_ACQUIRE);
 }
 
-// What a drain reports: registrations by the cookie given to track(), or
+// What a drain reports: registrations by the cookie given to watch(), or
 // address ranges (monitors that only know ranges).
 class InvalidationSink {
 public:
-	// [start, end) is the range given to track().
-	virtual void invalidate_cookie(uint64_t cookie, uint64_t track_id, uintptr_t start,
+	// [start, end) is the range given to watch().
+	virtual void invalidate_cookie(uint64_t cookie, uint64_t watch_id, uintptr_t start,
 				       uintptr_t end) = 0;
 	virtual void invalidate_range(uintptr_t start, uintptr_t end) = 0;
 
@@ -51,14 +51,14 @@ public:
 	virtual const uint64_t *generation() const = 0;
 
 	// Start watching [start, end) (whole pages) for the entry known by
-	// cookie. On success *id is the handle for untrack(). Returns 0,
+	// cookie. On success *id is the handle for unwatch(). Returns 0,
 	// -EOPNOTSUPP when this memory cannot be watched (the cache then
 	// keeps the entry only while in use), or another negative errno.
-	virtual int track(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) = 0;
+	virtual int watch(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) = 0;
 
-	// Stop watching the registration track() returned id for. Returns 0,
+	// Stop watching the registration watch() returned id for. Returns 0,
 	// 1 if it had become invalid and was not drained yet, or -errno.
-	virtual int untrack(uint64_t id) = 0;
+	virtual int unwatch(uint64_t id) = 0;
 
 	// Report what became invalid since the last drain; returns the
 	// generation value that everything reported so far corresponds to.

@@ -42,7 +42,7 @@ public:
 	}
 	bool keeps_idle_entries() const override { return true; }
 
-	int track(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) override
+	int watch(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) override
 	{
 		mrn_register r{};
 		r.size = sizeof(r);
@@ -55,7 +55,7 @@ public:
 		return 0;
 	}
 
-	int untrack(uint64_t id) override
+	int unwatch(uint64_t id) override
 	{
 		mrn_unregister u{};
 		u.size = sizeof(u);

@@ -20,7 +20,7 @@
 // files. can_cache() therefore refuses pages that are shared or file-backed
 // (/proc/self/pagemap's "file-page or shared-anon" bit, read once the pages
 // are pinned); the cache registers those uncached. Memory uffd cannot
-// register at all (other file mappings) is refused by track().
+// register at all (other file mappings) is refused by watch().
 //
 // The thread never exits while the monitor lives, never allocates or logs
 // while an unmapping thread may be waiting on it (the ranges go to a fixed
@@ -95,7 +95,7 @@ public:
 	const uint64_t *generation() const override { return &generation_; }
 	bool keeps_idle_entries() const override { return true; }
 
-	int track(uintptr_t start, uintptr_t end, uint64_t, uint64_t *id) override
+	int watch(uintptr_t start, uintptr_t end, uint64_t, uint64_t *id) override
 	{
 		std::lock_guard<std::mutex> g(ranges_mutex_);
 		const uint64_t refused = ranges_.refused();
@@ -109,7 +109,7 @@ public:
 		return rc;
 	}
 
-	int untrack(uint64_t id) override
+	int unwatch(uint64_t id) override
 	{
 		std::lock_guard<std::mutex> g(ranges_mutex_);
 		ranges_.remove(id);
@@ -285,7 +285,7 @@ private:
 	bool overflowed_ = false;
 	size_t pending_ = 0;
 	std::array<Range, kRing> ring_;
-	// Taken by track() and untrack() (the cache's writer side), never by
+	// Taken by watch() and unwatch() (the cache's writer side), never by
 	// the monitor thread.
 	std::mutex ranges_mutex_;
 	UffdRanges ranges_;

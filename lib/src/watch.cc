@@ -72,14 +72,14 @@ extern "C" int mrn_watch_add(mrn_watch_t *watch, void *addr, size_t len, uint64_
 	const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
 	if (!watch || !id || len == 0 || a + len < a)
 		return -EINVAL;
-	return watch->monitor->track(a, a + len, cookie, id);
+	return watch->monitor->watch(a, a + len, cookie, id);
 }
 
 extern "C" int mrn_watch_remove(mrn_watch_t *watch, uint64_t id)
 {
 	if (!watch)
 		return -EINVAL;
-	return watch->monitor->untrack(id);
+	return watch->monitor->unwatch(id);
 }
 
 extern "C" const uint64_t *mrn_watch_generation(const mrn_watch_t *watch)

@@ -30,7 +30,7 @@ public:
 	bool keeps_idle_entries() const override { return keeps_idle_; }
 	void abandon_after_fork() override { abandoned = true; }
 
-	int track(uintptr_t s, uintptr_t e, uint64_t cookie, uint64_t *id) override
+	int watch(uintptr_t s, uintptr_t e, uint64_t cookie, uint64_t *id) override
 	{
 		std::lock_guard<std::mutex> g(m_);
 		if (fail_track)
@@ -42,7 +42,7 @@ public:
 		tracked_[*id] = Reg{s, e, cookie};
 		return 0;
 	}
-	int untrack(uint64_t id) override
+	int unwatch(uint64_t id) override
 	{
 		std::lock_guard<std::mutex> g(m_);
 		if (tracked_.erase(id))
@@ -96,7 +96,7 @@ public:
 			}
 		}
 	}
-	size_t tracked() const
+	size_t watched() const
 	{
 		std::lock_guard<std::mutex> g(m_);
 		return tracked_.size() + dirty_.size();

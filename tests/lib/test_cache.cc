@@ -134,7 +134,7 @@ TEST_F(CacheTest, InvalidatedInUseEntryIsNotHandedOutAndDiesOnLastPut)
 	cache->put(b);
 }
 
-// The race of the protocol: an unmap lands between tracking and pinning.
+// The race of the protocol: an unmap lands between watching and pinning.
 TEST_F(CacheTest, UnmapDuringRegistrationIsCaughtAndRetried)
 {
 	make();
@@ -275,7 +275,7 @@ TEST_F(CacheTest, RegisterFailureLeavesNothingBehind)
 	regs.on_register = [](const FakeReg &) { return -EFAULT; };
 	Entry *e = nullptr;
 	EXPECT_EQ(-EFAULT, cache->get(at(1), page(), 1, &e));
-	EXPECT_EQ(0u, mon->tracked());
+	EXPECT_EQ(0u, mon->watched());
 	EXPECT_EQ(1u, stats().register_failures);
 	EXPECT_EQ(0u, stats().entries);
 }

@@ -60,7 +60,7 @@ TEST_P(ModelTest, ConcurrentGetsPutsUnmapsAndForksAgreeWithTheModel)
 	Model model;
 	std::mutex unmap_mutex; // unmaps are serialised, as munmap is per page
 	// Each registration records the model clock when it was made; the
-	// cache calls the register function after tracking, as the protocol
+	// cache calls the register function after watching, as the protocol
 	// requires.
 	regs.clock = [&] { return model.now(); };
 	std::atomic<bool> stop{false};
