@@ -9,7 +9,10 @@ set -u -o pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tsv=${1:-$top/_build}/lanes.tsv
 [ -s "$tsv" ] || { echo "lanes-doc.sh: no $tsv: run ./quickstart.sh test first" >&2; exit 2; }
-commit=$(git -C "$top" rev-parse --short HEAD)
+# The commit that ran: the build directory's own tree (a clone's _build),
+# else this one.
+commit=$(git -C "$(dirname "$tsv")" rev-parse --short HEAD 2>/dev/null ||
+	git -C "$top" rev-parse --short HEAD)
 day=$(date -u -r "$tsv" +%Y-%m-%d)
 
 # Replaces what stands between "<!-- lanes: ... -->" and "<!-- lanes: end -->"
