@@ -5,7 +5,7 @@
 # unstable at run time by the clocksource watchdog (which makes the kernel
 # patch its own code while the other vCPU runs it) and any Oops. This is
 # how a shared, noisy CI machine runs our guests; run-in-guest.sh boots
-# them with tsc=reliable for it, and --kernel-clock shows the kernel's own
+# them with tsc=nowatchdog for it, and --kernel-clock shows the kernel's own
 # clock checks under the same load.
 #
 # Usage: guests-under-load.sh --builddir DIR --srcdir DIR [--rounds N]
@@ -78,6 +78,6 @@ for r in $(seq 1 "$rounds"); do
 	done
 done
 echo "$prog: $((rounds * guests)) guests ($guests at a time, $hogs host hogs," \
-	"$([ ${#clock_opt[@]} -eq 0 ] && echo tsc=reliable || echo "the kernel's own clock checks")):" \
+	"$([ ${#clock_opt[@]} -eq 0 ] && echo tsc=nowatchdog || echo "the kernel's own clock checks")):" \
 	"$failed failed, TSC marked unstable $unstable times, $oopses oopses"
 [ "$failed" -eq 0 ] && [ "$oopses" -eq 0 ]

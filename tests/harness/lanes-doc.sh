@@ -4,10 +4,13 @@
 # into docs/testing.md, and its total time and counts into the README's
 # quick start, between their "lanes:" markers, naming the commit and the
 # date. Run it after a whole run on a quiet machine with the caches warm.
-# Usage: tests/harness/lanes-doc.sh [BUILD]   (default: _build)
+# Usage: tests/harness/lanes-doc.sh [BUILD [CONDITIONS]]
+#   BUILD defaults to _build; CONDITIONS (free text: which caches were
+#   cold, what else ran) is printed under the table.
 set -u -o pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tsv=${1:-$top/_build}/lanes.tsv
+conditions=${2:-}
 [ -s "$tsv" ] || { echo "lanes-doc.sh: no $tsv: run ./quickstart.sh test first" >&2; exit 2; }
 # The commit that ran: the build directory's own tree (a clone's _build),
 # else this one.
@@ -27,7 +30,7 @@ replace_between() {
 	' "$file" >"$file.new" && mv "$file.new" "$file"
 }
 
-awk -F '\t' -v commit="$commit" -v day="$day" '
+awk -F '\t' -v commit="$commit" -v day="$day" -v conditions="$conditions" '
 	NR == 1 { next }
 	{ rows[NR] = $0; p += $3; f += $4; s += $5; t += $6 }
 	END {
@@ -39,13 +42,14 @@ awk -F '\t' -v commit="$commit" -v day="$day" '
 			printf "| %s | %s | %d | %d | %d | %d |\n", c[1], c[2], c[3], c[4], c[5], c[6]
 		}
 		printf "| **total** | | %d | %d | %d | %d (%.0f min) |\n", p, f, s, t, t / 60
+		if (conditions != "") printf "\n%s\n", conditions
 	}' "$tsv" | replace_between "$top/docs/testing.md"
 
 awk -F '\t' -v commit="$commit" -v day="$day" '
 	NR == 1 { next }
 	{ p += $3; f += $4; s += $5; t += $6 }
 	END {
-		printf "With the caches warm, `test` took %.0f minutes at commit %s (%s): %d passed, %d failed, %d skipped;\n", t / 60, commit, day, p, f, s
+		printf "`test` took %.0f minutes at commit %s (%s): %d passed, %d failed, %d skipped;\n", t / 60, commit, day, p, f, s
 		print "each lane'"'"'s time is in [docs/testing.md](docs/testing.md#times)."
 	}' "$tsv" | replace_between "$top/README.md"
 echo "lanes-doc.sh: docs/testing.md and README.md updated from $tsv"
