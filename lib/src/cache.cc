@@ -467,7 +467,7 @@ int Cache::prepare_entry(Writer &w, const MissPlan &plan, Entry **out)
 	if (advise_dontfork_)
 		advise_entry(p);
 	if (!p->has(Entry::kUncached)) {
-		const int rc = track_entry(w, p);
+		const int rc = watch_entry(w, p);
 		if (rc < 0) {
 			log(1,
 			    "cache %s: the monitor cannot watch [%#" PRIxPTR ", %#" PRIxPTR "): %s",
@@ -526,7 +526,7 @@ void Cache::advise_entry(Entry *p)
 	advised_++;
 }
 
-int Cache::track_entry(Writer &w, Entry *p)
+int Cache::watch_entry(Writer &w, Entry *p)
 {
 	for (int attempt = 0;; attempt++) {
 		const int rc = monitor_->watch(p->start, p->end, reinterpret_cast<uintptr_t>(p),

@@ -168,7 +168,7 @@ private:
 	int open_monitor(Writer &w);
 	void check_fork(Writer &w);
 	int sync(Writer &w);
-	int track_entry(Writer &w, Entry *p);
+	int watch_entry(Writer &w, Entry *p);
 	void advise_entry(Entry *p);
 	void make_uncached(Writer &w, Entry *p);
 	void detach_excluded(Writer &w, EntryStack &victims);

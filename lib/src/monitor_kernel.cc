@@ -119,7 +119,7 @@ private:
 
 bool kernel_abi_serves(uint32_t module_abi, std::string *why)
 {
-	if (module_abi >= MRN_ABI_VERSION)
+	if (MRN_ABI_SERVES(module_abi))
 		return true;
 	*why = "mrnotify.ko speaks ABI " + std::to_string(module_abi) + ", older than this library's " +
 	       std::to_string(MRN_ABI_VERSION);

@@ -115,8 +115,7 @@ Section check_device(const Paths &paths)
 	} else {
 		const auto *status = static_cast<const struct mrn_status *>(p);
 		s.add("module_abi_version", std::to_string(status->abi_version));
-		// A later ABI keeps every older call (<linux/mrnotify.h>).
-		if (status->abi_version < MRN_ABI_VERSION)
+		if (!MRN_ABI_SERVES(status->abi_version))
 			s.problems.push_back(
 				"the module speaks ABI " + std::to_string(status->abi_version) +
 				", older than the " + std::to_string(MRN_ABI_VERSION) +

@@ -42,6 +42,8 @@
  * takes a new ioctl magic, never only a new number.
  */
 #define MRN_ABI_VERSION		2
+/* Whether a module speaking module_abi serves a program built for this header. */
+#define MRN_ABI_SERVES(module_abi)	((module_abi) >= MRN_ABI_VERSION)
 
 /*
  * The status page: mmap(NULL, page size, PROT_READ, MAP_SHARED, fd, 0).
