@@ -129,7 +129,7 @@ run_tests() {
 	summary
 }
 
-# Every log's counts, then one row a lane (what it ran, its exit status and
+# Every log's TAP counts (tests/harness/test-summary.sh), then one row a lane (what it ran, its exit status and
 # time), kept in lanes.tsv for docs/testing.md (tests/harness/lanes-doc.sh); the
 # last line is the total.
 summary() {

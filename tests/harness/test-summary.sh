@@ -1,40 +1,44 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Adds up GoogleTest results from test logs: one line per log, then a total.
-# A log of a program that is not a GoogleTest program (a shell test) counts
-# as one test, passed or failed by the exit status recorded next to it
-# (N.out / N.rc, as the guest harness writes them; 77 is a skip, as for
-# automake). A GoogleTest log without
-# its summary (the program crashed) counts as one failed test.
+# Adds up TAP results from test logs: one line per log, then a total. Every
+# test prints TAP (tests/harness/tap.sh for scripts, gtest_tap_main.cc for
+# GoogleTest programs): "ok", "not ok" and "ok ... # SKIP" lines, and a plan.
+# Besides the results, a log counts one failure more when
+#   - it has no plan, or a plan other than the results it has: the program
+#     stopped before its end (a crash, a timeout);
+#   - the program's exit status says it failed though no result did (a
+#     sanitizer's report at exit): N.rc next to N.out or N.log (the guest
+#     harness, the sanitizer builds) other than 0 or 77, or an ERROR in
+#     automake's N.trs next to N.log.
+# A plan of 1..0 with no results is one skip.
 # Usage: test-summary.sh LOG...
 set -u
 tp=0 tf=0 ts=0
 for log in "$@"; do
 	[ -r "$log" ] || continue
-	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\..*/\1/p' "$log" | tail -n 1)
-	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
-	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$log" | tail -n 1)
-	if [ -z "$p" ] && [ -z "$f" ]; then
-		# A shell test's own "N passed, N failed[, N skipped]" line.
-		plain=$(sed -n 's/^\([A-Za-z0-9_.-]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed\(, \([0-9][0-9]*\) skipped\)\{0,1\}.*/\2 \3 \5/p' "$log" | tail -n 1)
-		if [ -n "$plain" ]; then
-			read -r p f s <<<"$plain"
-		fi
+	read -r p f s plan <<<"$(awk '
+		/^not ok/ { if ($0 !~ /# *TODO/) f++; n++; next }
+		/^ok/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++; n++; next }
+		/^1\.\.[0-9]+/ { plan = $0; sub(/^1\.\./, "", plan); sub(/[^0-9].*/, "", plan) }
+		END { printf "%d %d %d %s\n", p, f, s, (plan == "" ? "none" : plan) }' "$log")"
+	n=$((p + f + s))
+	if [ "$plan" = none ]; then
+		f=$((f + 1))
+	elif [ "$plan" = 0 ] && [ "$n" -eq 0 ]; then
+		s=$((s + 1))
+	elif [ "$plan" != "$n" ]; then
+		f=$((f + 1))
 	fi
-	if [ -z "$p" ] && [ -z "$f" ]; then
-		rc_file=${log%.out}.rc
-		if grep -q '^\[==========\] .* ran\.' "$log"; then
-			p=0
-		elif ! grep -q '^\[==========\] Running' "$log" && [ "$rc_file" != "$log" ] &&
-			[ -r "$rc_file" ] && [ "$(cat "$rc_file")" = 0 ]; then
-			p=1
-		elif [ "$rc_file" != "$log" ] && [ -r "$rc_file" ] && [ "$(cat "$rc_file")" = 77 ]; then
-			s=1
-		else
-			f=1
-		fi
+	exit_failed=0
+	rc_file=${log%.*}.rc trs=${log%.*}.trs
+	if [ -r "$rc_file" ]; then
+		case "$(cat "$rc_file")" in 0 | 77) ;; *) exit_failed=1 ;; esac
 	fi
-	p=${p:-0} f=${f:-0} s=${s:-0}
+	[ -r "$trs" ] && grep -q '^:test-result: ERROR' "$trs" && exit_failed=1
+	# A failed result already counts; an exit status alone is one failure.
+	if [ "$exit_failed" = 1 ] && [ "$f" -eq 0 ]; then
+		f=1
+	fi
 	printf '%-40s %d passed, %d failed, %d skipped\n' "$(basename "$(dirname "$log")")/$(basename "$log"):" "$p" "$f" "$s"
 	tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
 done

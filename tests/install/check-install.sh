@@ -47,19 +47,10 @@ if [ -z "${MRN_INSTALL_NS:-}" ]; then
 fi
 mount --make-rprivate /
 
-exec 3>>"$results/host.log"
-# shellcheck source=tests/install/lib.sh
-. "$here/lib.sh"
-logcheck() { # like check, into host.log too
-	local what=$1
-	shift
-	if "$@"; then echo "ok - $what" >&3; ok "$what"; else echo "FAIL - $what" >&3; bad "$what"; fi
-}
-finish() {
-	echo "check-install-host: $passed passed, $failed failed, $skipped skipped" >&3
-	summary check-install-host
-	exit $?
-}
+# shellcheck source=tests/harness/tap.sh
+. "$srcdir/tests/harness/tap.sh"
+# The checks made here, as TAP, in host.log too.
+tap_log=$results/host.log
 
 # --- 1. the packages, at this version and the next -----------------------------
 
@@ -99,7 +90,7 @@ build_debs() { # $1: version, $2: output folder
 }
 command -v git >/dev/null && git -C "$srcdir" rev-parse >/dev/null 2>&1 ||
 	{ skip "the install test builds packages from a git checkout"; finish; }
-command -v dpkg-buildpackage >/dev/null || { bad "dpkg-buildpackage is missing (dpkg-dev)"; finish; }
+command -v dpkg-buildpackage >/dev/null || { fail "dpkg-buildpackage is missing (dpkg-dev)"; finish; }
 # One version: debian/changelog must say configure.ac's. The control: a
 # copy whose AC_INIT says another version fails the check (and so the build).
 vcheck() { # $1: version to put in AC_INIT of a copy; prints check-version's status
@@ -111,22 +102,22 @@ vcheck() { # $1: version to put in AC_INIT of a copy; prints check-version's sta
 	echo $?
 	rm -rf "$t"
 }
-logcheck "debian/changelog's version is configure.ac's ($v1)" [ "$(vcheck "$v1")" = 0 ]
-logcheck "control: another version in AC_INIT fails debian/check-version" [ "$(vcheck 99.0.0)" = 1 ]
+check "debian/changelog's version is configure.ac's ($v1)" [ "$(vcheck "$v1")" = 0 ]
+check "control: another version in AC_INIT fails debian/check-version" [ "$(vcheck 99.0.0)" = 1 ]
 timed "dpkg-buildpackage $v1" build_debs "$v1" "$results/debs-$v1"
-logcheck "dpkg-buildpackage -us -uc -b ($v1)" test -e "$results/debs-$v1/mrnotify-dkms_${v1}_all.deb"
+check "dpkg-buildpackage -us -uc -b ($v1)" test -e "$results/debs-$v1/mrnotify-dkms_${v1}_all.deb"
 timed "dpkg-buildpackage $v2" build_debs "$v2" "$results/debs-$v2"
-logcheck "dpkg-buildpackage -us -uc -b ($v2, for the upgrade)" test -e "$results/debs-$v2/mrnotify-dkms_${v2}_all.deb"
-[ $failed -eq 0 ] || finish
+check "dpkg-buildpackage -us -uc -b ($v2, for the upgrade)" test -e "$results/debs-$v2/mrnotify-dkms_${v2}_all.deb"
+[ $tap_failed -eq 0 ] || finish
 if command -v lintian >/dev/null; then
 	# The binary packages (the .changes would want the .buildinfo too).
 	timed "lintian" lintian --fail-on error,warning --pedantic -I "$results/debs-$v1"/*.deb \
 		>"$results/lintian.log" 2>&1
 	rc=$?
 	sed 's/^/    lintian: /' "$results/lintian.log"
-	logcheck "lintian: no errors or warnings (overrides carry their reasons)" [ $rc -eq 0 ]
+	check "lintian: no errors or warnings (overrides carry their reasons)" [ $rc -eq 0 ]
 else
-	bad "lintian is missing"
+	fail "lintian is missing"
 fi
 
 # --- 2. the fresh Debian 12 root ------------------------------------------------
@@ -134,7 +125,7 @@ fi
 timed "the Debian 12 root (cached)" "$srcdir/tests/harness/install-root.sh" fetch
 rc=$?
 [ $rc -eq 3 ] && { skip "the Debian 12 root could not be made (tests/harness/install-root.sh)"; finish; }
-[ $rc -eq 0 ] || { bad "tests/harness/install-root.sh fetch"; finish; }
+[ $rc -eq 0 ] || { fail "tests/harness/install-root.sh fetch"; finish; }
 root=$("$srcdir/tests/harness/install-root.sh" path) || exit 1
 envm=$(dirname "$root")/bookworm-environment-modules/root
 rel=$(ls "$root/lib/modules" | sort -V | tail -n 1)
@@ -142,10 +133,10 @@ rel=$(ls "$root/lib/modules" | sort -V | tail -n 1)
 w=$(mktemp -d)
 mount -t tmpfs tmpfs "$w" && mkdir "$w/upper" "$w/work" "$w/root" &&
 	mount -t overlay overlay -o "lowerdir=$root,upperdir=$w/upper,workdir=$w/work" "$w/root" ||
-	{ bad "cannot make an overlay of $root"; finish; }
+	{ fail "cannot make an overlay of $root"; finish; }
 r=$w/root
 mount -t proc proc "$r/proc" && mount --rbind /dev "$r/dev" && mount -t tmpfs tmpfs "$r/tmp" ||
-	{ bad "cannot mount /proc, /dev, /tmp in the root"; finish; }
+	{ fail "cannot mount /proc, /dev, /tmp in the root"; finish; }
 in_root() { chroot "$r" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
 
 # --- 3. install ---------------------------------------------------------------------
@@ -161,13 +152,13 @@ install_v1() { in_root sh -c 'DEBIAN_FRONTEND=noninteractive dpkg -i /var/tmp/mr
 timed "dpkg -i (DKMS builds the module for $rel)" install_v1 >"$results/install.log" 2>&1
 rc=$?
 sed 's/^/    /' "$results/install.log" | tail -n 30
-logcheck "dpkg -i of every package in a fresh Debian 12 root" [ $rc -eq 0 ]
-logcheck "DKMS built and installed mrnotify $v1 for the root's kernel $rel" \
+check "dpkg -i of every package in a fresh Debian 12 root" [ $rc -eq 0 ]
+check "DKMS built and installed mrnotify $v1 for the root's kernel $rel" \
 	sh -c "chroot '$r' dkms status mrnotify | grep -q '$v1.*$rel.*installed'"
-logcheck "the module is in /lib/modules/$rel/updates/dkms" \
+check "the module is in /lib/modules/$rel/updates/dkms" \
 	sh -c "ls '$r/lib/modules/$rel/updates/dkms/' | grep -q '^mrnotify\.ko'"
-cp "$here"/*.sh "$here/mrn_holder.cc" "$r/opt/mrn-test/" && cp -a "$envm" "$r/opt/mrn-test/environment-modules"
-logcheck "libmrnotify-dev: a program builds against the installed header and library" \
+cp "$here"/*.sh "$srcdir/tests/harness/tap.sh" "$here/mrn_holder.cc" "$r/opt/mrn-test/" && cp -a "$envm" "$r/opt/mrn-test/environment-modules"
+check "libmrnotify-dev: a program builds against the installed header and library" \
 	in_root g++ -std=c++17 -Wall -Wextra -Werror -O2 -o /opt/mrn-test/mrn_holder \
 	/opt/mrn-test/mrn_holder.cc -lmrnotify
 
@@ -175,19 +166,20 @@ logcheck "libmrnotify-dev: a program builds against the installed header and lib
 
 in_root bash /opt/mrn-test/host-checks.sh >"$results/host-checks.log" 2>&1
 rc=$?
-cat "$results/host-checks.log"
-logcheck "host (no device): host-checks.sh" [ $rc -eq 0 ]
+show "$results/host-checks.log"
+check "host (no device): host-checks.sh" [ $rc -eq 0 ]
 
 # --- 5. the guest: the installed module, then the upgrade ----------------------------
 
 umount -l "$r/proc" "$r/dev" "$r/tmp"
 mpi_test=$builddir/tests/mca/mpi_rcache_test
 [ -x "$mpi_test" ] || make -C "$builddir/tests/mca" mpi_rcache_test >/dev/null 2>&1
-[ -x "$mpi_test" ] || { bad "no $mpi_test (configure found no Open MPI?)"; finish; }
+[ -x "$mpi_test" ] || { fail "no $mpi_test (configure found no Open MPI?)"; finish; }
 timed "guest: installed pieces, then the upgrade" \
 	"$srcdir/tests/harness/run-in-guest.sh" --root "$r" --release "$rel" --results "$results/guest" \
-	--timeout 3000 --test-timeout 1500 --cwd "$here" --bind "$(dirname "$mpi_test")" \
+	--timeout 3000 --test-timeout 1500 --cwd "$here" --bind "$srcdir/tests/harness" \
+	--bind "$(dirname "$mpi_test")" \
 	"bash guest-checks.sh $v1 $mpi_test" \
 	"bash guest-upgrade.sh $v1 $v2 /var/tmp/mrn-debs/new /opt/mrn-test/mrn_holder"
-logcheck "guest: the installed pieces work, and survive an upgrade (guest/1.out, guest/2.out)" [ $? -eq 0 ]
+check "guest: the installed pieces work, and survive an upgrade (guest/1.out, guest/2.out)" [ $? -eq 0 ]
 finish

@@ -13,7 +13,9 @@
 # by the new one (what the next boot or an idle node does).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/lib.sh"
+# The result verbs (TAP): tap.sh sits beside these scripts in the install
+# root, in tests/harness in the tree.
+. "$( [ -r "$here/tap.sh" ] && echo "$here" || echo "$here/../harness")/tap.sh"
 old=$1 new=$2 debs=$3 holder=$4
 rel=$(uname -r)
 w=$(mktemp -d)
@@ -35,7 +37,7 @@ modprobe overlay
 for d in etc usr var; do
 	mkdir -p "$w/ov/$d/upper" "$w/ov/$d/work"
 	mount -t overlay overlay -o "lowerdir=/$d,upperdir=$w/ov/$d/upper,workdir=$w/ov/$d/work" "/$d" ||
-		{ bad "cannot put a writable overlay on /$d"; summary guest-upgrade; exit 1; }
+		{ fail "cannot put a writable overlay on /$d"; finish; }
 done
 DEBIAN_FRONTEND=noninteractive dpkg -i "$debs"/*.deb >"$w/dpkg.out" 2>&1
 rc=$?
@@ -48,9 +50,9 @@ check "the running module was not unloaded" test -d /sys/module/mrnotify
 check "the job is still running" kill -0 $hpid
 # What a maintainer script that tried to unload it would meet.
 if rmmod mrnotify 2>"$w/rmmod.err"; then
-	bad "rmmod of the busy module succeeded"
+	fail "rmmod of the busy module succeeded"
 else
-	ok "rmmod of the busy module is refused: $(cat "$w/rmmod.err")"
+	pass "rmmod of the busy module is refused: $(cat "$w/rmmod.err")"
 fi
 : >"$w/stop"
 wait $hpid
@@ -66,4 +68,4 @@ echo "    DKMS built for $new: ${built:-(nothing)}; modprobe's file: ${loaded:-(
 check "idle: the module now loaded is the one DKMS built for $new" \
 	sh -c "[ -n '$built' ] && [ -n '$loaded' ] && cmp -s '$built' '$loaded'"
 check "idle: /dev/mrnotify is back" test -c /dev/mrnotify
-summary guest-upgrade
+finish

@@ -15,7 +15,10 @@
 # Environment: MODULEFILES (default /usr/share/modulefiles), ENVMODULES (the
 # unpacked environment-modules, default /opt/mrn-test/environment-modules).
 set -u
-. "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+# The result verbs (TAP): tap.sh sits beside these scripts in the install
+# root, in tests/harness in the tree.
+. "$( [ -r "$here/tap.sh" ] && echo "$here" || echo "$here/../harness")/tap.sh"
 case=${1:-}
 modulefiles=${MODULEFILES:-/usr/share/modulefiles}
 envm=${ENVMODULES:-/opt/mrn-test/environment-modules}
@@ -64,11 +67,11 @@ $*"
 
 for sys in $systems; do
 	if [ "$sys" = lua ] && [ ! -r /usr/share/lmod/lmod/init/bash ]; then
-		bad "$sys: Lmod is not installed (lmod)"
+		fail "$sys: Lmod is not installed (lmod)"
 		continue
 	fi
 	if [ "$sys" = tcl ] && [ ! -r "$envm/usr/lib/x86_64-linux-gnu/modulecmd.tcl" ]; then
-		bad "$sys: environment-modules is not at $envm"
+		fail "$sys: environment-modules is not at $envm"
 		continue
 	fi
 	name="$sys ($([ $sys = lua ] && echo Lmod || echo environment-modules))"
@@ -99,4 +102,4 @@ for sys in $systems; do
 		check "$name: unload removes every variable" sh -c "! grep -qE '^($VARS)=' '$tmp/out2'"
 	fi
 done
-summary "modulefiles-$case"
+finish

@@ -9,14 +9,15 @@
 # device was open in it meanwhile (the module's debugfs "contexts" seen above
 # zero); the guest harness fails the run on any oops, KASAN, lockdep or
 # warning in the kernel log.
-# Usage: mrn_trinity.sh [CALLS]   (default 20000; 77: skipped)
+# Usage: mrn_trinity.sh [CALLS]   (default 20000). Prints TAP.
 set -u
+. "$(dirname "$0")/../harness/tap.sh"
 calls=${1:-20000}
 dev=/dev/mrnotify
 ctxs=/sys/kernel/debug/mrnotify/contexts
-command -v trinity >/dev/null 2>&1 || { echo "mrn_trinity: no trinity (Debian package trinity): skipped"; exit 77; }
-[ -c $dev ] || { echo "mrn_trinity: no $dev: skipped"; exit 77; }
-[ -r $ctxs ] || { echo "mrn_trinity: no $ctxs (debugfs): skipped"; exit 77; }
+command -v trinity >/dev/null 2>&1 || { skip "mrn_trinity" "no trinity (Debian package trinity)"; finish; }
+[ -c $dev ] || { skip "mrn_trinity" "no $dev"; finish; }
+[ -r $ctxs ] || { skip "mrn_trinity" "no $ctxs (debugfs)"; finish; }
 # trinity writes its files in the current directory, and the guest's root is
 # read-only. Without socket fds it does not build its socket cache (which
 # takes minutes under emulation).
@@ -40,11 +41,13 @@ trinity --dangerous -l off -q -N "$calls" -C 2 -s 1 \
 rc=$?
 ran=$(sed -n 's/^\[main\] Ran \([0-9]*\) syscalls.*/\1/p' "$work/log" | tail -n 1)
 max=$(cat "$work/max-contexts" 2>/dev/null || echo 0)
-grep '^\[main\] Ran ' "$work/log"
-echo "mrn_trinity: exit $rc, ${ran:-0} calls in $(($(date +%s) - start)) s, at most $max context(s) of $dev open"
+grep '^\[main\] Ran ' "$work/log" | sed 's/^/# /'
+note "mrn_trinity: exit $rc, ${ran:-0} calls in $(($(date +%s) - start)) s, at most $max context(s) of $dev open"
 if [ $rc -ne 0 ] || [ "${ran:-0}" -lt "$calls" ]; then
-	tail -20 "$work/log"
-	echo "mrn_trinity: trinity did not complete its calls"
-	exit 1
+	show "$work/log" 20
+	fail "trinity completed its $calls calls (exit $rc, ${ran:-0} ran)"
+else
+	pass "trinity completed its $calls calls"
 fi
-[ "$max" -gt 0 ] || { echo "mrn_trinity: $dev was never open in trinity"; exit 1; }
+check "$dev was open in trinity (at most $max contexts)" [ "$max" -gt 0 ]
+finish

@@ -4,26 +4,31 @@
 #   tests/kernel/mrn_unload.sh /path/to/mrnotify.ko [cycles]
 # Unload must be refused while a context exists and must leave nothing
 # behind (device, sysfs and debugfs entries, slab cache); load/unload cycles
-# must work.
+# must work. TAP: one result a check that passed, and the first that failed
+# ends the run (set -e: a command that fails ends it too, without a plan,
+# which counts as a failure).
 set -eu
+. "$(dirname "$0")/../harness/tap.sh"
 ko=$1
 cycles=${2:-10}
-fail() { echo "FAIL: $*"; exit 1; }
+stop() { fail "$*"; finish; }
 
-grep -q '^mrn_reg ' /proc/slabinfo || fail "slab cache mrn_reg not found while loaded"
+grep -q '^mrn_reg ' /proc/slabinfo || stop "slab cache mrn_reg not found while loaded"
 exec 3</dev/mrnotify
-if rmmod mrnotify 2>/dev/null; then fail "unloaded while a context was open"; fi
+if rmmod mrnotify 2>/dev/null; then stop "unloaded while a context was open"; fi
+pass "unload refused while a context is open"
 exec 3<&-
 i=0
 while [ "$i" -lt "$cycles" ]; do
 	rmmod mrnotify
-	[ ! -e /sys/module/mrnotify ] || fail "module still present after rmmod"
-	[ ! -e /dev/mrnotify ] || fail "device still present after rmmod"
-	! grep -q '^mrn_reg ' /proc/slabinfo || fail "slab cache left behind"
-	[ ! -e /sys/kernel/debug/mrnotify ] || fail "debugfs directory left behind"
+	[ ! -e /sys/module/mrnotify ] || stop "module still present after rmmod"
+	[ ! -e /dev/mrnotify ] || stop "device still present after rmmod"
+	! grep -q '^mrn_reg ' /proc/slabinfo || stop "slab cache left behind"
+	[ ! -e /sys/kernel/debug/mrnotify ] || stop "debugfs directory left behind"
 	insmod "$ko"
-	[ -c /dev/mrnotify ] || fail "no device after insmod"
-	[ -r /sys/kernel/debug/mrnotify/invalidated ] || fail "no debugfs counters after insmod"
+	[ -c /dev/mrnotify ] || stop "no device after insmod"
+	[ -r /sys/kernel/debug/mrnotify/invalidated ] || stop "no debugfs counters after insmod"
 	i=$((i + 1))
 done
-echo "unload refused while in use; $cycles unload/load cycles ok"
+pass "$cycles unload/load cycles: nothing left behind after each unload, all back after each load"
+finish

@@ -12,7 +12,7 @@
 # CONFIGURE-ARGS. Results, read by tests/harness/test-summary.sh:
 #   BUILDDIR/debian13/tests/**/*.log     make check's logs
 #   BUILDDIR/debian13/guest-results/     N.out / N.rc per guest command
-#   BUILDDIR/debian13/status.log         one "N passed, N failed, N skipped"
+#   BUILDDIR/debian13/status.log         one TAP result
 #                                        line when a step did not get to run
 #                                        its tests (stack missing: SKIP;
 #                                        build failed: FAIL)
@@ -21,6 +21,8 @@ prog=$(basename "$0")
 lane_help=4,18
 # shellcheck source=../harness/script-lib.sh
 . "$(dirname "$0")/../harness/script-lib.sh"
+# shellcheck source=../harness/tap.sh
+. "$(dirname "$0")/../harness/tap.sh"
 lane_args "$@"
 set -- "${lane_rest[@]+"${lane_rest[@]}"}"
 stacks=$srcdir/tests/harness/stacks.sh
@@ -31,26 +33,26 @@ rm -rf "$b/guest-results" "$b/status.log"
 [ -d "$b/tests" ] && find "$b/tests" \( -name '*.log' -o -name '*.trs' \) -delete
 t_start=$(date +%s)
 
-status_line() { # PASSED FAILED SKIPPED WHY
-	echo "debian13: $1 passed, $2 failed, $3 skipped ($4)" | tee "$b/status.log"
+status_line() { # pass|fail|skip WHY: the lane's status.log, one TAP result
+	tap_file "$b/status.log" "$1" "debian13: $2"
 }
 elapsed() { echo "$prog: $1: $(($(date +%s) - t_start)) s since the start"; }
 
 "$stacks" fetch 6.12
 rc=$?
 if [ $rc -eq 3 ]; then
-	status_line 0 0 1 "the Debian 13 stack could not be fetched"
+	status_line skip "the Debian 13 stack could not be fetched"
 	exit 0
 elif [ $rc -ne 0 ]; then
-	status_line 0 1 0 "setting up the Debian 13 stack failed"
+	status_line fail "setting up the Debian 13 stack failed"
 	exit 1
 fi
 elapsed "stack ready"
-env=$("$stacks" env 6.12) || { status_line 0 1 0 "stacks.sh env 6.12 failed"; exit 1; }
+env=$("$stacks" env 6.12) || { status_line fail "stacks.sh env 6.12 failed"; exit 1; }
 eval "$env"
 # shellcheck disable=SC2154 # STACK_* come from stacks.sh env
 if [ ! -e "$STACK_OMPI_SOURCE/.complete" ]; then
-	status_line 0 0 1 "Open MPI's source headers could not be fetched"
+	status_line skip "Open MPI's source headers could not be fetched"
 	exit 0
 fi
 
@@ -65,7 +67,7 @@ if [ ! -f "$b/Makefile" ] || [ "$srcdir/configure" -nt "$b/config.status" ]; the
 		--with-kernel-build="/usr/src/linux-headers-$STACK_RELEASE" \
 		--with-kernel-image="/boot/vmlinuz-$STACK_RELEASE" "$@" >"$b/configure.log" 2>&1 || {
 		tail -n 20 "$b/configure.log"
-		status_line 0 1 0 "configure failed in the Debian 13 root: $b/configure.log"
+		status_line fail "configure failed in the Debian 13 root: $b/configure.log"
 		exit 1
 	}
 fi
@@ -74,7 +76,7 @@ sed -n '/^mrnotify .* configured/,$p' "$b/configure.log" |
 	sed 's/^\(  guest tests \.*\) .*/\1 from the host, booting Debian 13'"'"'s kernel (below)/'
 if ! in_root make -j2 >"$b/make.log" 2>&1; then
 	grep -E 'error|Error' "$b/make.log" | head -n 30
-	status_line 0 1 0 "the build failed in the Debian 13 root: $b/make.log"
+	status_line fail "the build failed in the Debian 13 root: $b/make.log"
 	exit 1
 fi
 elapsed "built"
@@ -86,7 +88,7 @@ elapsed "make check"
 # make check-guest's commands and flags, from the Debian 13 build.
 in_root make -s -C tests guest-commands.list >/dev/null 2>&1 &&
 	[ -s "$b/tests/guest-commands.list" ] || {
-	status_line 0 1 0 "no guest command list (make -C tests guest-commands.list)"
+	status_line fail "no guest command list (make -C tests guest-commands.list)"
 	exit 1
 }
 mapfile -t cmds <"$b/tests/guest-commands.list"
@@ -103,8 +105,7 @@ shopt -s nullglob
 rcs=("$b"/guest-results/[0-9]*.rc)
 not_run=$((${#cmds[@]} - ${#rcs[@]}))
 if [ "$not_run" -gt 0 ]; then
-	echo "debian13-guest: 0 passed, $not_run failed, 0 skipped ($not_run of ${#cmds[@]} guest commands did not run: $b/guest-results/serial.log)" |
-		tee "$b/status.log"
+	status_line fail "$not_run of ${#cmds[@]} guest commands did not run ($b/guest-results/serial.log)"
 	status=1
 fi
 elapsed "guest tests"

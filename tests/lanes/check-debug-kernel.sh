@@ -34,25 +34,28 @@ prog=$(basename "$0")
 lane_help=4,23
 # shellcheck source=../harness/script-lib.sh
 . "$(dirname "$0")/../harness/script-lib.sh"
+# shellcheck source=../harness/tap.sh
+. "$(dirname "$0")/../harness/tap.sh"
 lane_args "$@"
 [ ${#lane_rest[@]} -eq 0 ] || { echo "$prog: unknown argument '${lane_rest[0]}'" >&2; exit 2; }
 
 harness=$srcdir/tests/harness
 res=$builddir/tests/kernel-results-debug
 rm -rf "$res" && mkdir -p "$res" || exit 2
-skip() { echo "kernel-debug: 0 passed, 0 failed, 1 skipped ($*)" | tee "$res/status.log"; exit 0; }
-fail() { echo "kernel-debug: 0 passed, 1 failed, 0 skipped ($*)" | tee "$res/status.log"; exit 1; }
+# The lane stops before the guest: status.log says why, one TAP result.
+skip_lane() { tap_file "$res/status.log" skip "kernel-debug: $*"; exit 0; }
+fail_lane() { tap_file "$res/status.log" fail "kernel-debug: $*"; exit 1; }
 
 if [ "${MRNOTIFY_DEBUG_KERNEL:-}" = build ]; then
 	"$harness/debug-kernel.sh" build
 	case $? in
 	0) ;;
-	3) skip "the debug kernel's source is missing" ;;
-	*) fail "building the debug kernel failed" ;;
+	3) skip_lane "the debug kernel's source is missing" ;;
+	*) fail_lane "building the debug kernel failed" ;;
 	esac
 fi
 env=$("$harness/debug-kernel.sh" env 2>/dev/null) ||
-	skip "no debug kernel cached; MRNOTIFY_DEBUG_KERNEL=build makes one"
+	skip_lane "no debug kernel cached; MRNOTIFY_DEBUG_KERNEL=build makes one"
 eval "$env"
 
 # A copy of the module's sources: the kernel's own tree builds it (M=).
@@ -63,7 +66,7 @@ cp "$srcdir/kernel/Kbuild" "$srcdir"/kernel/*.c "$srcdir"/kernel/*.h "$out/" &&
 # shellcheck disable=SC2154 # DEBUG_* come from debug-kernel.sh env
 make -C "$DEBUG_BUILD" M="$out" W=1 KCFLAGS=-Werror modules >"$res/build.log" 2>&1 || {
 	cat "$res/build.log"
-	fail "mrnotify.ko did not build against the debug kernel ($res/build.log)"
+	fail_lane "mrnotify.ko did not build against the debug kernel ($res/build.log)"
 }
 ko=$out/mrnotify.ko
 
@@ -139,28 +142,31 @@ if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_
 		--bind "$srcdir" --bind "$builddir" --timeout 900 --quiet --results "$ctl/guest" \
 		'kernel/mrn_race_fuzz --ops 2000 --threads 2' \
 		'kernel/mrn_race_fuzz --ops 5000 --threads 2 --fail-slab 5' >"$ctl/guest.log" 2>&1
-	ok=0 bad=0 what=
+	# The control's two results, as TAP, in its status.log.
+	tap_log=$ctl/status.log
 	if grep -q 'sleeping function called from invalid context' "$ctl/guest/dmesg.txt" 2>/dev/null; then
-		ok=$((ok + 1)) what="a sleep under the notifier's spinlock is reported"
+		pass "control: a sleep under the notifier's spinlock is reported"
 	else
-		bad=$((bad + 1)) what="a sleep under the notifier's spinlock went UNREPORTED"
+		fail "control: a sleep under the notifier's spinlock went UNREPORTED ($ctl)"
 	fi
 	if grep -Eq ' [1-9][0-9]* registrations leaked' "$ctl/guest/2.out" 2>/dev/null; then
-		ok=$((ok + 1)) what="$what; a charge leaked on ENOMEM is reported"
+		pass "control: a charge leaked on ENOMEM is reported"
 	else
-		bad=$((bad + 1)) what="$what; a charge leaked on ENOMEM went UNREPORTED"
+		fail "control: a charge leaked on ENOMEM went UNREPORTED ($ctl)"
 	fi
-	echo "kernel-debug-control: $ok passed, $bad failed ($what; $ctl)"
 else
-	echo "kernel-debug-control: 0 passed, 2 failed (the control module did not build: $ctl/build.log)"
-fi | tee "$ctl/status.log"
-grep -q ' 0 failed' "$ctl/status.log" || rc=1
+	tap_log=$ctl/status.log
+	fail "control: the control module did not build ($ctl/build.log)"
+fi
+plan
+tap_log=
+[ "$tap_failed" -eq 0 ] || rc=1
 
 # The kernel log is what the lane is for: one test of its own in the
 # summary, failed on any report even when every program passed.
 case "$(cat "$res/kernel-log" 2>/dev/null)" in
-clean) echo "kernel-debug-log: 1 passed, 0 failed (no lockdep, KASAN, KFENCE, BUG or WARNING report)" ;;
-bad) echo "kernel-debug-log: 0 passed, 1 failed (reports in $res/dmesg.txt)" ;;
-*) echo "kernel-debug-log: 0 passed, 1 failed (the guest left no kernel log)" ;;
-esac | tee "$res/status.log"
+clean) tap_file "$res/status.log" pass "kernel-debug-log: no lockdep, KASAN, KFENCE, BUG or WARNING report" ;;
+bad) tap_file "$res/status.log" fail "kernel-debug-log: reports in $res/dmesg.txt" ;;
+*) tap_file "$res/status.log" fail "kernel-debug-log: the guest left no kernel log" ;;
+esac
 exit $rc

@@ -7,7 +7,7 @@
 # module is built for each with W=1 -Werror; the test programs are the
 # host's build (Debian 13's glibc and libstdc++ run Debian 12's binaries).
 #
-# Usage: check-kernels.sh --srcdir DIR --builddir DIR [KERNEL...]
+# Usage: KERNEL_TESTS="PROGRAM..." check-kernels.sh --srcdir DIR --builddir DIR [KERNEL...]
 #   KERNEL: 5.10, 6.12 (default: both)
 # Stacks come from tests/harness/stacks.sh (cached; MRNOTIFY_STACKS_DIR,
 # MRNOTIFY_STACKS=skip). A kernel whose stack cannot be had is SKIPPED, not
@@ -20,12 +20,17 @@ prog=$(basename "$0")
 lane_help=4,16
 # shellcheck source=../harness/script-lib.sh
 . "$(dirname "$0")/../harness/script-lib.sh"
+# shellcheck source=../harness/tap.sh
+. "$(dirname "$0")/../harness/tap.sh"
 lane_args "$@"
 set -- "${lane_rest[@]+"${lane_rest[@]}"}"
 [ $# -gt 0 ] || set -- 5.10 6.12
 
 stacks=$srcdir/tests/harness/stacks.sh
-tests=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test kernel/mrn_stress_test)
+# The module's test programs: make check-kernels passes tests/Makefile.am's
+# KERNEL_TESTS, the list make check-guest runs too.
+read -ra tests <<<"${KERNEL_TESTS:-}"
+[ ${#tests[@]} -gt 0 ] || { echo "$prog: KERNEL_TESTS (the module's test programs) is empty" >&2; exit 2; }
 for t in "${tests[@]}"; do
 	[ -x "$builddir/tests/$t" ] || { echo "$prog: $builddir/tests/$t is not built" >&2; exit 2; }
 done
@@ -35,17 +40,15 @@ for k in "$@"; do
 	res=$builddir/tests/kernel-results-$k
 	rm -rf "$res" && mkdir -p "$res" || exit 2
 	echo "== $k"
-	# status.log holds one "N passed, N failed, N skipped" line for a kernel
-	# that did not reach the guest.
+	# status.log holds one TAP result for a kernel that did not reach the
+	# guest.
 	"$stacks" fetch "$k"
 	rc=$?
 	if [ $rc -eq 3 ]; then
-		echo "kernel-$k: 0 passed, 0 failed, 1 skipped (the stack could not be fetched)" |
-			tee "$res/status.log"
+		tap_file "$res/status.log" skip "kernel-$k: the stack could not be fetched"
 		continue
 	elif [ $rc -ne 0 ]; then
-		echo "kernel-$k: 0 passed, 1 failed, 0 skipped (setting up the stack failed)" |
-			tee "$res/status.log"
+		tap_file "$res/status.log" fail "kernel-$k: setting up the stack failed"
 		status=1
 		continue
 	fi
@@ -54,8 +57,7 @@ for k in "$@"; do
 	out=$builddir/kernel/$k
 	if ! "$stacks" build-module "$k" "$srcdir/kernel" "$out" >"$res/build.log" 2>&1; then
 		cat "$res/build.log"
-		echo "kernel-$k: 0 passed, 1 failed, 0 skipped (mrnotify.ko did not build; $res/build.log)" |
-			tee "$res/status.log"
+		tap_file "$res/status.log" fail "kernel-$k: mrnotify.ko did not build ($res/build.log)"
 		status=1
 		continue
 	fi

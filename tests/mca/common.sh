@@ -19,20 +19,8 @@ unset MRNOTIFY_MONITOR MRNOTIFY_LEAVE_PINNED MRNOTIFY_MAX_PINNED MRNOTIFY_MAX_EN
 	MRNOTIFY_FORK MRNOTIFY_VERBOSE MRNOTIFY_STATS
 for v in $(env | sed -n 's/^\(OMPI_MCA_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 
-passes=0 fails=0 skips=0
-pass() { echo "PASS: $*"; passes=$((passes + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# A check that cannot run with this Open MPI: counted as skipped, not passed.
-skip() { echo "SKIP: $*"; skips=$((skips + 1)); }
-# The last line is the count tests/harness/test-summary.sh adds up. Nothing passed
-# and something skipped: exit 77 (automake's SKIP).
-finish() {
-	echo "$(basename "$0"): $passes passed, $fails failed, $skips skipped"
-	[ "$fails" -eq 0 ] || exit 1
-	[ "$passes" -gt 0 ] && exit 0
-	[ "$skips" -gt 0 ] && exit 77
-	exit 1
-}
+# The result verbs (pass, fail, skip, show, relay, finish): TAP.
+. "$MCA_SRCDIR/../harness/tap.sh"
 
 # The Open MPI the tests run against, e.g. 4.1.4 or 5.0.7.
 OMPI_VERSION=$(ompi_info --version 2>/dev/null | sed -n 's/^Open MPI v\([0-9.]*\).*/\1/p' | head -n 1)
@@ -89,7 +77,7 @@ check_job() {
 		return 0
 	fi
 	fail "$1: $oks of $NP ranks ok, $nstats statistics lines"
-	tail -n 30 "$OUT"
+	show "$OUT" 30
 	return 1
 }
 

@@ -1320,6 +1320,8 @@ int main(int argc, char **argv)
 		}
 	}
 	printf("# rcache_api_test: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+	/* TAP's plan: a run that stops before here (a crash) has none. */
+	printf("1..%d\n", passed + failed + skipped);
 	if (hit_speedup >= 0)
 		printf("hit_speedup_vs_grdma=%.2f\n", hit_speedup);
 	fflush(stdout);

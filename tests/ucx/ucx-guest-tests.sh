@@ -4,8 +4,8 @@
 # for the RDMA cases). Each case runs a test program under the configuration
 # it needs: with the plugin (through mrnotify-ucx-run), with UCX's own hooks,
 # or "blind" (UCM told that unmap events come from elsewhere, and none come),
-# which shows the failure each check catches. Output follows GoogleTest's
-# summary format so that tests/harness/test-summary.sh counts the cases.
+# which shows the failure each check catches. Each case is one TAP result
+# (tests/harness/tap.sh); the programs' output is kept as comments.
 #
 # Usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR
 #                           [--noentry LIB] [--bin DIR] [--list] GROUP|CASE...
@@ -23,6 +23,8 @@
 # with the plugin, when the plugin's statistics show it active and, where
 # the case needs it, that ranges the kernel reported were invalidated.
 set -u
+# The result verbs (TAP).
+. "$(dirname "$0")/../harness/tap.sh"
 
 plugin= run= libdir= bin=$PWD/ucx list=no noentry=
 while [ $# -gt 0 ]; do
@@ -209,34 +211,25 @@ stats_ok() {
 	return 0
 }
 
-n=0
-for name in $selected; do n=$((n + 1)); done
-echo "[==========] Running $n tests from ucx-guest-tests.sh."
-passed=0 failed_list= skipped_list=
 tmp=$(mktemp)
 for name in $selected; do
 	line=$(echo "$ALL_CASES" | grep "^$name|")
 	needs=$(echo "$line" | cut -d'|' -f2)
 	check=$(echo "$line" | cut -d'|' -f3)
 	cmd=$(echo "$line" | cut -d'|' -f4-)
-	echo "[ RUN      ] $name"
 	if [ "$needs" = rxe ] && ! have_rxe; then
-		echo "no rxe0 (run the guest with --rxe)"
-		echo "[  SKIPPED ] $name"
-		skipped_list="$skipped_list $name"
+		skip "$name" "no rxe0 (run the guest with --rxe)"
 		continue
 	fi
 	if [ "$needs" = mpi ] && { ! have_mpi || ! have_rxe; }; then
-		echo "no mpirun, $MPI or rxe0"
-		echo "[  SKIPPED ] $name"
-		skipped_list="$skipped_list $name"
+		skip "$name" "no mpirun, $MPI or rxe0"
 		continue
 	fi
 	# Open MPI's launcher refuses the guest's host name, "(none)".
 	if [ "$needs" = mpi ] && [ "$(hostname)" = "(none)" ]; then
 		hostname localhost
 	fi
-	echo "\$ $cmd"
+	note "$name: \$ $cmd"
 	start=$(date +%s)
 	# shellcheck disable=SC2086
 	case $name in
@@ -245,11 +238,10 @@ for name in $selected; do
 	esac
 	timeout $limit $cmd >"$tmp" 2>&1
 	rc=$?
-	grep -v '^#' "$tmp"
+	grep -v '^#' "$tmp" | sed 's/^/# /'
 	why=
 	if [ $rc -eq 77 ]; then
-		echo "[  SKIPPED ] $name"
-		skipped_list="$skipped_list $name"
+		skip "$name" "its program could not run here (exit 77)"
 		continue
 	elif [ $rc -ne 0 ]; then
 		why="exit status $rc"
@@ -259,28 +251,10 @@ for name in $selected; do
 		why=
 	fi
 	if [ -z "$why" ]; then
-		echo "[       OK ] $name ($(( $(date +%s) - start )) s)"
-		passed=$((passed + 1))
+		pass "$name ($(( $(date +%s) - start )) s)"
 	else
-		echo "FAILED: $why"
-		echo "[  FAILED  ] $name ($(( $(date +%s) - start )) s)"
-		failed_list="$failed_list $name"
+		fail "$name ($(( $(date +%s) - start )) s): $why"
 	fi
 done
 rm -f "$tmp"
-nf=0
-for x in $failed_list; do nf=$((nf + 1)); done
-ns=0
-for x in $skipped_list; do ns=$((ns + 1)); done
-echo "[==========] $n tests from ucx-guest-tests.sh ran."
-echo "[  PASSED  ] $passed tests."
-if [ $ns -gt 0 ]; then
-	echo "[  SKIPPED ] $ns tests, listed below:"
-	for x in $skipped_list; do echo "[  SKIPPED ] $x"; done
-fi
-if [ $nf -gt 0 ]; then
-	echo "[  FAILED  ] $nf tests, listed below:"
-	for x in $failed_list; do echo "[  FAILED  ] $x"; done
-	exit 1
-fi
-exit 0
+finish

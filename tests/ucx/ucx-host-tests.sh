@@ -8,6 +8,8 @@
 # UCX_MEM_EVENTS=n, and the wrapper's choices. Run by make check from tests/ (paths
 # relative to the build tree), or with BUILDDIR=<top build dir>.
 set -u
+# The result verbs (TAP).
+. "$(dirname "$0")/../harness/tap.sh"
 
 top=${BUILDDIR:-$(cd .. && pwd)}
 plugin=$top/ucx-plugin/.libs/libmrnotify-ucx.so
@@ -15,41 +17,38 @@ run=$top/ucx-plugin/mrnotify-ucx-run
 export LD_LIBRARY_PATH=$top/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MRNOTIFY_UCX_PLUGIN=$plugin
 if [ ! -r "$plugin" ] || [ ! -x "$run" ] || ! command -v ucx_info >/dev/null; then
-	echo "ucx-host-tests: needs $plugin, $run and ucx_info; skipped"
-	exit 77
+	skip "ucx-host-tests" "needs $plugin, $run and ucx_info"
+	finish
 fi
 unset UCX_MRNOTIFY_ENABLE UCX_MRNOTIFY_STATS LD_PRELOAD
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); echo "PASS: $1"; }
 # expect_fail NAME COMMAND...: the command exits with a status other than 0.
 expect_fail() {
 	name=$1
 	shift
 	"$@" >"$tmp/out" 2>&1
 	got=$?
-	if [ "$got" != 0 ]; then ok "$name"; else echo "(exit status 0, expected a failure)" >>"$tmp/out"; ko "$name"; fi
+	if [ "$got" != 0 ]; then pass "$name"; else echo "(exit status 0, expected a failure)" >>"$tmp/out"; ko "$name"; fi
 }
-ko() { fail=$((fail + 1)); echo "FAIL: $1"; sed 's/^/    | /' "$tmp/out" | head -20; }
+ko() { fail "$1"; head -n 20 "$tmp/out" | sed 's/^/# /'; }
 # expect NAME STATUS COMMAND...: the command's exit status is STATUS.
 expect() {
 	name=$1 want=$2
 	shift 2
 	"$@" >"$tmp/out" 2>&1
 	got=$?
-	if [ "$got" = "$want" ]; then ok "$name"; else echo "(exit status $got, expected $want)" >>"$tmp/out"; ko "$name"; fi
+	if [ "$got" = "$want" ]; then pass "$name"; else echo "(exit status $got, expected $want)" >>"$tmp/out"; ko "$name"; fi
 }
 has() { grep -q -- "$1" "$tmp/out"; }
 
 # The settings are in UCX's configuration listing, with their defaults.
 LD_PRELOAD=$plugin ucx_info -c >"$tmp/out" 2>&1
-if has '^UCX_MRNOTIFY_ENABLE=try$' && has '^UCX_MRNOTIFY_STATS=n$'; then ok "ucx_info -c lists the settings"
+if has '^UCX_MRNOTIFY_ENABLE=try$' && has '^UCX_MRNOTIFY_STATS=n$'; then pass "ucx_info -c lists the settings"
 else ko "ucx_info -c lists the settings"; fi
 ucx_info -c >"$tmp/out" 2>&1
-if ! has MRNOTIFY; then ok "ucx_info -c without the plugin does not"
+if ! has MRNOTIFY; then pass "ucx_info -c without the plugin does not"
 else ko "ucx_info -c without the plugin does not"; fi
 
 # UCX warns about UCX_* variables no configuration table claims ("unused env
@@ -57,13 +56,13 @@ else ko "ucx_info -c without the plugin does not"; fi
 # claimed (ucx_info -e creates a UCP context, which warns).
 w="UCX_WARN_UNUSED_ENV_VARS=y UCX_MRNOTIFY_ENABLE=try UCX_MRNOTIFY_STATS=n"
 env $w LD_PRELOAD=$plugin ucx_info -e -u t >"$tmp/out" 2>&1
-if ! has 'unused env[a-z]* variable'; then ok "no unused-variable warning with the plugin"
+if ! has 'unused env[a-z]* variable'; then pass "no unused-variable warning with the plugin"
 else ko "no unused-variable warning with the plugin"; fi
 env $w ucx_info -e -u t >"$tmp/out" 2>&1
-if has 'unused env[a-z]* variable.*UCX_MRNOTIFY'; then ok "the warning without the plugin (what it silences)"
+if has 'unused env[a-z]* variable.*UCX_MRNOTIFY'; then pass "the warning without the plugin (what it silences)"
 else ko "the warning without the plugin (what it silences)"; fi
 env $w UCX_MRNOTIFY_ENABLED=y LD_PRELOAD=$plugin ucx_info -e -u t >"$tmp/out" 2>&1
-if has 'unused env[a-z]* variable.*UCX_MRNOTIFY_ENABLED'; then ok "a misspelt setting is still reported"
+if has 'unused env[a-z]* variable.*UCX_MRNOTIFY_ENABLED'; then pass "a misspelt setting is still reported"
 else ko "a misspelt setting is still reported"; fi
 
 # A bad value is an error where UCX is used, never at load.
@@ -71,10 +70,10 @@ expect "a bad UCX_MRNOTIFY_ENABLE value does not stop a program that creates no 
 	env UCX_MRNOTIFY_ENABLE=perhaps LD_PRELOAD=$plugin ucx_info -v
 expect_fail "a bad UCX_MRNOTIFY_ENABLE value makes creating a UCP context fail" \
 	env UCX_MRNOTIFY_ENABLE=perhaps LD_PRELOAD=$plugin ucx_info -e -u t
-if has 'mrnotify: a UCX_MRNOTIFY_\* setting is not valid'; then ok "... and says why"; else ko "... and says why"; fi
+if has 'mrnotify: a UCX_MRNOTIFY_\* setting is not valid'; then pass "... and says why"; else ko "... and says why"; fi
 
 if [ -e /dev/mrnotify ]; then
-	echo "SKIP: /dev/mrnotify exists here: the missing-device cases need a host without it"
+	skip "the missing-device cases" "/dev/mrnotify exists here: they need a host without it"
 else
 	# What a site's environment module does (LD_PRELOAD for every program,
 	# ENABLE=yes) must not break programs that do not use UCX, on a node
@@ -84,34 +83,34 @@ else
 		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin sh -c true
 	expect "ENABLE=yes without the device: a UCX program that creates no UCP context runs" 0 \
 		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ucx_info -v
-	if ! has mrnotify; then ok "... and says nothing"; else ko "... and says nothing"; fi
+	if ! has mrnotify; then pass "... and says nothing"; else ko "... and says nothing"; fi
 	expect_fail "ENABLE=yes without the device: creating a UCP context fails" \
 		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD=$plugin ucx_info -e -u t
-	if has 'mrnotify: UCX_MRNOTIFY_ENABLE=yes, but /dev/mrnotify is missing'; then ok "... and says why"
+	if has 'mrnotify: UCX_MRNOTIFY_ENABLE=yes, but /dev/mrnotify is missing'; then pass "... and says why"
 	else ko "... and says why"; fi
 	expect "ENABLE=try without the device runs" 0 \
 		env UCX_MRNOTIFY_ENABLE=try UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -e -u t
-	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): /dev/mrnotify is missing'; then ok "... and says so at diag level"
+	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): /dev/mrnotify is missing'; then pass "... and says so at diag level"
 	else ko "... and says so at diag level"; fi
 	expect "ENABLE defaults to try" 0 env UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -e -u t
-	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try)'; then ok "... and says so at diag level"
+	if has 'mrnotify: not used (UCX_MRNOTIFY_ENABLE=try)'; then pass "... and says so at diag level"
 	else ko "... and says so at diag level"; fi
 	expect "ENABLE=no runs" 0 env UCX_MRNOTIFY_ENABLE=no UCX_LOG_LEVEL=diag LD_PRELOAD=$plugin ucx_info -e -u t
-	if ! has mrnotify; then ok "... and says nothing"; else ko "... and says nothing"; fi
+	if ! has mrnotify; then pass "... and says nothing"; else ko "... and says nothing"; fi
 	expect "statistics at exit when asked" 0 \
 		env UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -e -u t
 	if has '^libmrnotify-ucx: pid [0-9]*: inactive, checks 0, entry checks 0, drains 0.*; /dev/mrnotify is missing'; then
-		ok "... inactive, with counters and the reason"
+		pass "... inactive, with counters and the reason"
 	else ko "... inactive, with counters and the reason"; fi
 	expect "no statistics from a program that never used UCX" 0 \
 		env UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -v
-	if ! has libmrnotify-ucx; then ok "... none"; else ko "... none"; fi
+	if ! has libmrnotify-ucx; then pass "... none"; else ko "... none"; fi
 
 	# The wrapper: try leaves the program as it is (UCX keeps its hooks).
 	expect "mrnotify-ucx-run --enable=try without the device runs the program unchanged" 0 \
 		sh -c "$run --enable=try sh -c 'test -z \"\${LD_PRELOAD:-}\" && test -z \"\${UCX_MEM_MMAP_HOOK_MODE:-}\"'"
 	expect "mrnotify-ucx-run --enable=yes without the device refuses" 1 "$run" --enable=yes true
-	if has '/dev/mrnotify is not usable'; then ok "... and says why"; else ko "... and says why"; fi
+	if has '/dev/mrnotify is not usable'; then pass "... and says why"; else ko "... and says why"; fi
 fi
 # Another UCX at run time (the fake library makes ucp_get_version() say
 # 1.19.0): nothing of UCX is touched, not even its configuration table,
@@ -122,25 +121,25 @@ if [ -r "$fake" ]; then
 		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
 	built=$(env MRNOTIFY_UCX_PROBE=version LD_PRELOAD=$plugin true 2>&1 | sed -n 's/^libmrnotify-ucx: built for UCX \([0-9]*\.[0-9]*\),.*/\1/p')
 	if [ "$(grep -c "mrnotify: not used: this plugin was built for UCX $built.x and the process runs UCX 1.19.0; passing everything through" "$tmp/out")" = 1 ]; then
-		ok "... and one warning says why"
+		pass "... and one warning says why"
 	else ko "... and one warning says why"; fi
 	LD_PRELOAD="$fake:$plugin" ucx_info -c >"$tmp/out" 2>&1
-	if ! has MRNOTIFY; then ok "another UCX: the settings are not added to its configuration"
+	if ! has MRNOTIFY; then pass "another UCX: the settings are not added to its configuration"
 	else ko "another UCX: the settings are not added to its configuration"; fi
 	expect "another UCX, ENABLE=no: no warning" 0 \
 		env UCX_MRNOTIFY_ENABLE=no LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
-	if ! has mrnotify; then ok "... none"; else ko "... none"; fi
+	if ! has mrnotify; then pass "... none"; else ko "... none"; fi
 else
-	echo "SKIP: $fake not built (make check builds it): the other-UCX cases"
+	skip "the other-UCX cases" "$fake not built (make check builds it)"
 fi
 
 # UCX_MEM_EVENTS=n: UCM refuses every event handler, so UCX creates no
 # cache for the plugin to feed; it says so (a warning, even with try) and
 # stays inactive instead of calling itself active.
 expect "UCX_MEM_EVENTS=n runs" 0 env UCX_MEM_EVENTS=n UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin ucx_info -e -u t
-if has 'UCX  WARN  mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): UCX_MEM_EVENTS=n'; then ok "... warns that UCX then has no caches"
+if has 'UCX  WARN  mrnotify: not used (UCX_MRNOTIFY_ENABLE=try): UCX_MEM_EVENTS=n'; then pass "... warns that UCX then has no caches"
 else ko "... warns that UCX then has no caches"; fi
-if has '^libmrnotify-ucx: pid [0-9]*: inactive,.*rcaches 0; UCX_MEM_EVENTS=n'; then ok "... and reports itself inactive"
+if has '^libmrnotify-ucx: pid [0-9]*: inactive,.*rcaches 0; UCX_MEM_EVENTS=n'; then pass "... and reports itself inactive"
 else ko "... and reports itself inactive"; fi
 
 # The wrapper preloads the library only when the library says it runs the
@@ -152,16 +151,15 @@ expect "mrnotify-ucx-run preloads the library when it runs its UCX" 0 \
 	env MRNOTIFY_UCX_DEVICE=/dev/null "$run" --enable=yes sh -c 'test "$LD_PRELOAD" = "$MRNOTIFY_UCX_PLUGIN"'
 expect "mrnotify-ucx-run --enable=yes refuses when the library does not run its UCX" 1 \
 	env MRNOTIFY_UCX_DEVICE=/dev/null MRNOTIFY_UCX_PLUGIN="$other" "$run" --enable=yes true
-if has 'did not say which UCX'; then ok "... and says why"; else ko "... and says why"; fi
+if has 'did not say which UCX'; then pass "... and says why"; else ko "... and says why"; fi
 expect "mrnotify-ucx-run --enable=try then runs the program without it" 0 \
 	env MRNOTIFY_UCX_DEVICE=/dev/null MRNOTIFY_UCX_PLUGIN="$other" "$run" --enable=try \
 	sh -c 'test -z "${LD_PRELOAD:-}" && test -z "${UCX_MEM_MMAP_HOOK_MODE:-}"'
-if has 'running sh without the plugin'; then ok "... and says so"; else ko "... and says so"; fi
+if has 'running sh without the plugin'; then pass "... and says so"; else ko "... and says so"; fi
 
 expect "mrnotify-ucx-run --enable=no runs the program" 0 "$run" --enable=no true
 expect "mrnotify-ucx-run rejects a bad --enable" 2 "$run" --enable=perhaps true
 expect "mrnotify-ucx-run --help" 0 "$run" --help
 expect "mrnotify-ucx-run without a program" 2 "$run"
 
-echo "ucx-host-tests: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
