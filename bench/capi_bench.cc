@@ -271,7 +271,7 @@ int usage(const char *argv0)
 		    "access patterns, in the same run (ns per get + put).\n"
 		    "--dump: write the patterns' requests to FILE and time nothing, for\n"
 		    "replaying them through Open MPI's rcache API (grdma and the component:\n"
-		    "tests/mca/rcache_api_test patterns).\n",
+		    "bench/rcache_bench patterns).\n",
 		    argv0);
 	return 2;
 }

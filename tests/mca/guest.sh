@@ -1,12 +1,14 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
 # mrnotify.ko loaded (tests/harness/run-in-guest.sh --module .../mrnotify.ko).
 #
-#   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe|patterns ...]   (default: api rxe mpi)
+#   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe|bench|patterns ...]   (default: api rxe mpi)
 #
+#   bench     (figures, make bench-guest) bench/rcache_bench hits: the hit
+#         path of grdma and the component, kernel monitor
 #   patterns  (figures, make bench-guest) bench/capi_bench's access patterns
-#         replayed through grdma and the component, kernel monitor
+#         replayed through grdma and the component by bench/rcache_bench
 #   api   rcache_api_test with monitor kernel: semantics, grdma's stale
-#         registration versus ours (pagemap oracle), threads, the benchmark
+#         registration versus ours (pagemap oracle), threads
 #   mpi   mpirun -np 2 over ob1 + btl/ofi (sockets) with our cache in place
 #         of grdma, monitor kernel, --mca memory ^patcher (no hooks at all)
 #   rxe   rcache_rxe_test on rxe0 (run-in-guest.sh --rxe): the rcache API
@@ -61,10 +63,6 @@ run_api() {
 	grep -q '^ok - mrnotify does not: .*monitor kernel: new registration at the first lookup' "$OUT" &&
 		pass "kernel monitor: the remap is seen by the very next lookup" ||
 		fail "kernel monitor: the remap was not seen at once"
-	# The benchmark registers 10,000 one-page ranges, each made
-	# non-inheritable (the default fork policy) and tracked by the kernel.
-	TAP_RELAY_OUT=$OUT OMPI_MCA_rcache_mrnotify_monitor=kernel relay api bench
-	tail -n 1 "$OUT" | grep -q '^hit_speedup_vs_grdma=' || fail "no hit_speedup_vs_grdma line last"
 }
 
 run_rxe() {
@@ -147,6 +145,21 @@ run_demo() {
 	sed -n 's/^mpi_rcache_test: \(rank [0-9]* ok.*\)/   \1/p; s/^\(.* stats cache=.*\)/   \1/p' "$OUT"
 }
 
+# The benchmarks in bench/ (built by make, not make check), the component
+# found as api() finds it.
+RCACHE_BENCH=${MCA_BUILDDIR%/mca}/bench/rcache_bench
+api_bench() {
+	OMPI_MCA_mca_base_component_path="SYS_DEFAULT:$COMPONENT_DIR" "$RCACHE_BENCH" "$@"
+}
+
+# Figures, not a test (make bench-guest): the hit path of grdma and the
+# component. It registers 10,000 one-page ranges, each made non-inheritable
+# (the default fork policy) and tracked by the kernel.
+run_bench() {
+	TAP_RELAY_OUT=$OUT OMPI_MCA_rcache_mrnotify_monitor=kernel relay api_bench hits
+	tail -n 1 "$OUT" | grep -q '^hit_speedup_vs_grdma=' || fail "no hit_speedup_vs_grdma line last"
+}
+
 # Figures, not a test (make bench-guest): bench/capi_bench's access
 # patterns replayed through grdma and the component (kernel monitor), the
 # same callbacks for both.
@@ -159,7 +172,7 @@ run_patterns() {
 	pat=$(mktemp /var/tmp/mrn-patterns.XXXXXX) || { fail "patterns: mktemp"; return; }
 	if "$capi" --quick --dump "$pat"; then
 		note "patterns replayed through grdma and mrnotify (kernel monitor)"
-		MRN_PATTERNS_FILE=$pat OMPI_MCA_rcache_mrnotify_monitor=kernel relay api patterns
+		MRN_PATTERNS_FILE=$pat OMPI_MCA_rcache_mrnotify_monitor=kernel relay api_bench patterns
 	else
 		fail "capi_bench --dump failed"
 	fi
@@ -173,6 +186,7 @@ for what in "$@"; do
 	rxe) run_rxe ;;
 	mpi) run_mpi ;;
 	probe) run_probe ;;	# exits
+	bench) run_bench ;;
 	patterns) run_patterns ;;
 	demo) run_demo; rc=$?; restore_vm; exit $rc ;;
 	*) echo "guest.sh: unknown: $what"; exit 2 ;;

@@ -1,208 +1,39 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The rcache component through Open MPI's own rcache API, in one process,
- * next to the stock grdma:
- *
- *   semantics    flags (BYPASS, PERSIST, INVALID), access upgrades, find,
- *                evict, out-of-resource retry, cache_name copied, modules
- *                sharing a cache, mpi_leave_pinned 0 / pipeline
- *   replacement  the point of it all: after a raw munmap (Open MPI's hooks
- *                do not see it) and an mmap MAP_FIXED at the same address,
- *                grdma hands back the stale registration and mrnotify does
- *                not; a register function records the page frames of each
- *                registration (the pagemap oracle) to prove which is stale
- *   threads      several threads registering at once while another remaps
- *   hooks        (monitor none) unmaps through libc reach the cache through
- *                Open MPI's memory hooks
- *   hooks-overflow (monitor none) more unmaps between calls than the hook
- *                queue holds: only registrations near them are dropped
- *   limits       (max_entries / max_pinned set) the cache stays under them
- *   bench        the registration hit path of grdma and mrnotify, same
- *                callbacks, 1e2 / 1e3 / 1e4 cached entries, random order;
- *                prints hit_speedup_vs_grdma=<lowest ratio> last
- *   patterns     bench/capi_bench's access patterns (its --dump file, named by
- *                MRN_PATTERNS_FILE) through grdma and mrnotify, same callbacks
- *   both         (both builds in the component path) caches of each, created,
- *                used and destroyed twice: each keeps to its own code
- *   create       creating the cache succeeds (for checks of its messages)
- *   create-grdma creating a cache of the component called grdma succeeds
- *   create-fails a bad MCA value: creating the cache must fail
+ * next to the stock grdma. The modes are the table at the end (usage:
+ * rcache_api_test --help); the one that matters most is replacement: after
+ * a raw munmap (Open MPI's hooks do not see it) and an mmap MAP_FIXED at
+ * the same address, grdma hands back the stale registration and mrnotify
+ * does not; the register function records the page frames of each
+ * registration (the pagemap oracle) to prove which is stale.
  *
  * Usage: rcache_api_test [MODE ...]   (default: semantics replacement
- * threads bench). The component is found through mca_base_component_path
- * (the environment: OMPI_MCA_mca_base_component_path=SYS_DEFAULT:<dir>), the
+ * threads). The component is found through mca_base_component_path (the
+ * environment: OMPI_MCA_mca_base_component_path=SYS_DEFAULT:<dir>), the
  * monitor through OMPI_MCA_rcache_mrnotify_monitor. Prints one "ok" or
  * "not ok" line per check; exits 1 if any failed, else 77 if any was
- * skipped (a proof that could not run is not a pass), else 0.
+ * skipped (a proof that could not run is not a pass), else 0
+ * (rcache_harness.h). The benchmarks on the same harness are
+ * bench/rcache_bench.
  */
-#include "opal_config.h"
+#include "rcache_harness.h"
 
 #include "opal/mca/base/base.h"
 #include "opal/mca/rcache/base/base.h"
-#include "opal/mca/rcache/rcache.h"
-#include "opal/runtime/opal.h"
 #include "opal/runtime/opal_params.h"
 
 #include "harness/pagemap_oracle.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
-
-#define PAGE  4096UL
-#define MAGIC 0x6d726e31u
-#define DEAD  0xdeaddeadu
-
-static int passed, failed, skipped;
-/* The benchmark's figure, printed as the very last line. */
-static double hit_speedup = -1;
-
-static void result(int ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s - %s", ok ? "ok" : "not ok", name);
-	if (fmt) {
-		printf(": ");
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-	}
-	printf("\n");
-	fflush(stdout);
-	if (ok)
-		passed++;
-	else
-		failed++;
-}
-
-static void skip(const char *name, const char *why)
-{
-	printf("ok - %s # SKIP %s\n", name, why);
-	fflush(stdout);
-	skipped++;
-}
-
-#define CHECK(name, cond, ...)                                                                     \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			result(0, name, __VA_ARGS__);                                              \
-			return;                                                                    \
-		}                                                                                  \
-	} while (0)
-
-/* --- the transport: a register function that counts and records frames --- */
-
-struct ctx {
-	const char *name;
-	int record_pfns;   /* snapshot page frames at registration */
-	long live_limit;   /* > 0: OUT_OF_RESOURCE beyond this many live */
-	long regs, deregs; /* atomics */
-	long bad;          /* callbacks that saw something wrong */
-};
-
-struct test_reg {
-	mca_rcache_base_registration_t base;
-	uint32_t magic;
-	size_t npages;
-	uint64_t *pfns;
-	struct ctx *ctx;
-};
-
-static long live(struct ctx *c)
-{
-	return __atomic_load_n(&c->regs, __ATOMIC_RELAXED) -
-	       __atomic_load_n(&c->deregs, __ATOMIC_RELAXED);
-}
-
-static int test_register(void *reg_data, void *base, size_t size,
-			 mca_rcache_base_registration_t *breg)
-{
-	struct ctx *c = reg_data;
-	struct test_reg *r = (struct test_reg *)breg;
-
-	/* The cache fills these in before calling us (openib relies on it). */
-	if (breg->base != base || breg->bound != (unsigned char *)base + size - 1 ||
-	    !breg->rcache || ((uintptr_t)base & (PAGE - 1)) || (size & (PAGE - 1)))
-		__atomic_fetch_add(&c->bad, 1, __ATOMIC_RELAXED);
-	if (c->live_limit > 0 && live(c) >= c->live_limit)
-		return OPAL_ERR_OUT_OF_RESOURCE;
-	r->magic = MAGIC;
-	r->ctx = c;
-	r->npages = size / PAGE;
-	r->pfns = NULL;
-	if (c->record_pfns) {
-		r->pfns = calloc(r->npages, sizeof(uint64_t));
-		if (!r->pfns || mrn_oracle_read_pfns(base, size, r->pfns) < 0)
-			__atomic_fetch_add(&c->bad, 1, __ATOMIC_RELAXED);
-	}
-	__atomic_fetch_add(&c->regs, 1, __ATOMIC_RELAXED);
-	return OPAL_SUCCESS;
-}
-
-static int test_deregister(void *reg_data, mca_rcache_base_registration_t *breg)
-{
-	struct ctx *c = reg_data;
-	struct test_reg *r = (struct test_reg *)breg;
-
-	if (r->magic != MAGIC || r->ctx != c)
-		__atomic_fetch_add(&c->bad, 1, __ATOMIC_RELAXED);
-	r->magic = DEAD;
-	free(r->pfns);
-	r->pfns = NULL;
-	__atomic_fetch_add(&c->deregs, 1, __ATOMIC_RELAXED);
-	return OPAL_SUCCESS;
-}
-
-/* Creates a cache through the framework, as a transport does. */
-static mca_rcache_base_module_t *create(const char *component, const char *cache_name,
-					struct ctx *c)
-{
-	mca_rcache_base_resources_t res = {
-		.cache_name = (char *)cache_name,
-		.reg_data = c,
-		.sizeof_reg = sizeof(struct test_reg),
-		.register_mem = test_register,
-		.deregister_mem = test_deregister,
-	};
-
-	return mca_rcache_base_module_create(component, NULL, &res);
-}
-
-static struct test_reg *reg_get(mca_rcache_base_module_t *m, void *addr, size_t len, uint32_t flags,
-				int32_t access, int *rc)
-{
-	mca_rcache_base_registration_t *reg = NULL;
-
-	*rc = m->rcache_register(m, addr, len, flags, access, &reg);
-	return (struct test_reg *)reg;
-}
-
-static void reg_put(mca_rcache_base_module_t *m, struct test_reg *r)
-{
-	m->rcache_deregister(m, &r->base);
-}
-
-static void *map_pages(size_t npages)
-{
-	void *p = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		       0);
-
-	if (p == MAP_FAILED) {
-		perror("mmap");
-		exit(2);
-	}
-	memset(p, 1, npages * PAGE);
-	return p;
-}
 
 /*
  * The end of a case: destroys the cache, unmaps the buffer, and passes when
@@ -221,13 +52,6 @@ static void end_case(const char *T, mca_rcache_base_module_t *m, struct ctx *c, 
 		       c->bad);
 }
 
-static const char *monitor_env(void)
-{
-	const char *m = getenv("OMPI_MCA_rcache_mrnotify_monitor");
-
-	return m ? m : "auto";
-}
-
 /*
  * The monitor the cache will really use: auto means kernel when the device
  * opens. Named in the results, so a reader knows which monitor was proven.
@@ -240,6 +64,7 @@ static const char *monitor_used(void)
 		return m;
 	return access("/dev/mrnotify", R_OK | W_OK) == 0 ? "kernel" : "uffd";
 }
+
 
 /* --- semantics ---------------------------------------------------------------- */
 
@@ -935,253 +760,6 @@ static void threads(void)
 	       4 * T_OPS, raced);
 }
 
-/* --- benchmark ------------------------------------------------------------------------ */
-
-static double now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-/* Hit path: register (a hit) + deregister, entries in random order. */
-static double time_hits(mca_rcache_base_module_t *m, unsigned char *base, const unsigned *order,
-			size_t n_order)
-{
-	double best = 1e30;
-
-	for (int round = 0; round < 3; round++) {
-		double t0 = now_ns(), t1;
-		size_t ops = 0;
-
-		do {
-			for (size_t i = 0; i < n_order; i++) {
-				mca_rcache_base_registration_t *reg;
-
-				if (m->rcache_register(m, base + (size_t)order[i] * 2 * PAGE + 64,
-						       256, 0, MCA_RCACHE_ACCESS_REMOTE_READ,
-						       &reg) != OPAL_SUCCESS)
-					return -1;
-				m->rcache_deregister(m, reg);
-			}
-			ops += n_order;
-			t1 = now_ns();
-		} while (t1 - t0 < 1e8);
-		if ((t1 - t0) / ops < best)
-			best = (t1 - t0) / ops;
-	}
-	return best;
-}
-
-static void bench(void)
-{
-	static const size_t counts[] = {100, 1000, 10000};
-	const size_t max = 10000, n_order = 4096;
-	struct ctx cg = {.name = "bench-grdma"}, cm = {.name = "bench-mrnotify"};
-	mca_rcache_base_module_t *g = create("grdma", "bench.grdma", &cg);
-	mca_rcache_base_module_t *m = create("mrnotify", "bench.mrnotify", &cm);
-	unsigned char *region;
-	unsigned *order = malloc(n_order * sizeof(*order));
-	unsigned seed = 12345;
-	double lowest = 1e30;
-
-	if (!g || !m || !order) {
-		result(0, "bench", "cannot create the caches");
-		return;
-	}
-	/* One page per entry with a gap page between, so none covers another. */
-	region = mmap(NULL, 2 * max * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		      0);
-	if (region == MAP_FAILED) {
-		result(0, "bench", "mmap: %s", strerror(errno));
-		return;
-	}
-	/*
-	 * Where THP is "always", khugepaged may collapse the region into huge
-	 * pages while the loop runs. That replaces the pages, and the kernel
-	 * monitor rightly invalidates every registration on them (seen on
-	 * Debian 13's 6.12: 200 re-registrations in the timed loop): this
-	 * measures hits, so keep khugepaged away.
-	 */
-	madvise(region, 2 * max * PAGE, MADV_NOHUGEPAGE);
-	printf("# hit path (register hit + deregister), ns per pair, random order, best of 3\n");
-	printf("# %8s %12s %12s %8s\n", "entries", "grdma", "mrnotify", "speedup");
-	size_t have = 0;
-
-	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
-		const size_t n = counts[k];
-		double tg, tm;
-
-		for (; have < n; have++) {
-			mca_rcache_base_registration_t *reg;
-
-			region[have * 2 * PAGE] = 1;
-			if (g->rcache_register(g, region + have * 2 * PAGE, PAGE, 0,
-					       MCA_RCACHE_ACCESS_ANY, &reg) == OPAL_SUCCESS)
-				g->rcache_deregister(g, reg);
-			if (m->rcache_register(m, region + have * 2 * PAGE, PAGE, 0,
-					       MCA_RCACHE_ACCESS_ANY, &reg) != OPAL_SUCCESS) {
-				result(0, "bench", "mrnotify: registering entry %zu failed", have);
-				return;
-			}
-			m->rcache_deregister(m, reg);
-		}
-		for (size_t i = 0; i < n_order; i++)
-			order[i] = rand_r(&seed) % n;
-		const long gr = cg.regs, mr = cm.regs;
-
-		tg = time_hits(g, region, order, n_order);
-		tm = time_hits(m, region, order, n_order);
-		if (tg < 0 || tm < 0) {
-			result(0, "bench", "a register failed in the timed loop (%s)",
-			       tg < 0 ? "grdma" : "mrnotify");
-			return;
-		}
-		if (cg.regs != gr || cm.regs != mr) {
-			result(0, "bench",
-			       "the timed loop registered (%ld grdma, %ld mrnotify): not all hits",
-			       cg.regs - gr, cm.regs - mr);
-			return;
-		}
-		printf("# %8zu %12.1f %12.1f %8.2f\n", n, tg, tm, tg / tm);
-		if (tg / tm < lowest)
-			lowest = tg / tm;
-	}
-	mca_rcache_base_module_destroy(g);
-	mca_rcache_base_module_destroy(m);
-	munmap(region, 2 * max * PAGE);
-	free(order);
-	result(cg.regs == cg.deregs && cm.regs == cm.deregs, "bench: every entry deregistered",
-	       NULL);
-	hit_speedup = lowest;
-}
-
-/* --- access patterns ------------------------------------------------------------------ */
-
-/*
- * The access patterns of bench/capi_bench (its --dump file, named by
- * MRN_PATTERNS_FILE), replayed through Open MPI's rcache API into grdma and
- * into the component, with the same callbacks: ns per register +
- * deregister and how many times each called its register function.
- */
-struct pattern {
-	char name[32];
-	size_t bytes, nprefill, nreq;
-	int warm;
-	size_t (*req)[2]; /* offset, length: the prefills, then the requests */
-};
-
-static int read_pattern(FILE *f, struct pattern *p)
-{
-	if (fscanf(f, " pattern %31s %zu %d %zu %zu", p->name, &p->bytes, &p->warm, &p->nprefill,
-		   &p->nreq) != 5)
-		return 0;
-	if (p->nprefill > 10000000 || p->nreq > 10000000 || p->bytes > ((size_t)1 << 40))
-		return -1;
-	p->req = malloc((p->nprefill + p->nreq + 1) * sizeof(*p->req));
-	if (!p->req)
-		return -1;
-	for (size_t i = 0; i < p->nprefill + p->nreq; i++)
-		if (fscanf(f, "%zu %zu", &p->req[i][0], &p->req[i][1]) != 2 ||
-		    p->req[i][0] > p->bytes || p->req[i][1] > p->bytes - p->req[i][0] ||
-		    p->req[i][1] == 0) {
-			free(p->req);
-			return -1;
-		}
-	return 1;
-}
-
-/* One pass over requests [from, to); -1 if a register failed. */
-static int replay(mca_rcache_base_module_t *m, unsigned char *base, const struct pattern *p,
-		  size_t from, size_t to)
-{
-	for (size_t i = from; i < to; i++) {
-		mca_rcache_base_registration_t *reg;
-
-		if (m->rcache_register(m, base + p->req[i][0], p->req[i][1], 0,
-				       MCA_RCACHE_ACCESS_ANY, &reg) != OPAL_SUCCESS)
-			return -1;
-		m->rcache_deregister(m, reg);
-	}
-	return 0;
-}
-
-/* ns per request as capi_bench times it; -1 on failure. */
-static double time_pattern(const char *component, const struct pattern *p, long *regs)
-{
-	struct ctx c = {.name = component};
-	mca_rcache_base_module_t *m = create(component, "patterns", &c);
-	const size_t all = p->nprefill + p->nreq;
-	double best = 1e30;
-	unsigned char *base;
-
-	if (!m)
-		return -1;
-	base = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (base == MAP_FAILED) {
-		mca_rcache_base_module_destroy(m);
-		return -1;
-	}
-	if (replay(m, base, p, p->warm ? p->nprefill : 0, p->warm ? all : p->nprefill) < 0)
-		best = -1;
-	for (int r = 0; best >= 0 && r < (p->warm ? 3 : 1); r++) {
-		double t0 = now_ns(), ns;
-
-		if (replay(m, base, p, p->nprefill, all) < 0) {
-			best = -1;
-			break;
-		}
-		ns = (now_ns() - t0) / (double)p->nreq;
-		if (ns < best)
-			best = ns;
-	}
-	*regs = c.regs;
-	/* The cache goes before its memory: no invalidation is timed. */
-	mca_rcache_base_module_destroy(m);
-	munmap(base, p->bytes);
-	return best;
-}
-
-static void patterns(void)
-{
-	const char *path = getenv("MRN_PATTERNS_FILE");
-	FILE *f = path ? fopen(path, "r") : NULL;
-	struct pattern p;
-	int rc, n = 0;
-
-	if (!f) {
-		result(0, "patterns", "MRN_PATTERNS_FILE (capi_bench --dump FILE) is %s",
-		       path ? "not readable" : "not set");
-		return;
-	}
-	printf("# access patterns through the rcache API (register + deregister), ns per "
-	       "request\n");
-	printf("# %-12s %10s %12s %12s %8s %12s %12s\n", "pattern", "requests", "grdma ns",
-	       "mrnotify ns", "speedup", "grdma regs", "our regs");
-	while ((rc = read_pattern(f, &p)) > 0) {
-		long rg = 0, rm = 0;
-		const double tg = time_pattern("grdma", &p, &rg);
-		const double tm = time_pattern("mrnotify", &p, &rm);
-
-		free(p.req);
-		if (tg < 0 || tm < 0) {
-			result(0, "patterns", "%s: %s failed", p.name, tg < 0 ? "grdma" : "mrnotify");
-			fclose(f);
-			return;
-		}
-		printf("# %-12s %10zu %12.1f %12.1f %7.2fx %12ld %12ld\n", p.name, p.nreq, tg, tm,
-		       tg / tm, rg, rm);
-		n++;
-	}
-	fclose(f);
-	if (rc == 0 && n > 0)
-		result(1, "patterns: every pattern replayed through both caches", NULL);
-	else
-		result(0, "patterns", rc < 0 ? "%s is malformed" : "%s has no pattern", path);
-}
-
 /* --- both builds in one process ------------------------------------------------ */
 
 /*
@@ -1248,87 +826,71 @@ static void both(void)
 	}
 }
 
+/* --- creating a cache, for the checks of its messages ----------------------------- */
+
+/* Creates a cache of COMPONENT and passes when that EXPECTED (1) or not (0). */
+static void create_one(const char *component, const char *cache_name, int expected,
+		       const char *T)
+{
+	struct ctx c = {.name = cache_name};
+	mca_rcache_base_module_t *m = create(component, cache_name, &c);
+
+	if (expected)
+		result(m != NULL, T, NULL);
+	else
+		result(m == NULL, T, m ? "the cache was created" : NULL);
+	if (m)
+		mca_rcache_base_module_destroy(m);
+}
+
+static void create_mrnotify(void)
+{
+	create_one("mrnotify", "create", 1, "the cache is created");
+}
+
+static void create_grdma(void)
+{
+	create_one("grdma", "create-grdma", 1, "a grdma cache is created");
+}
+
+static void create_fails(void)
+{
+	create_one("mrnotify", "bad", 0, "a bad MCA value makes creating the cache fail");
+}
+
 /* --- main --------------------------------------------------------------------------------- */
+
+static const struct rcache_mode modes[] = {
+	{"semantics", semantics,
+	 "flags (BYPASS, PERSIST, INVALID), access upgrades, find, evict, out-of-resource "
+	 "retry, cache_name copied, modules sharing a cache, mpi_leave_pinned 0 / pipeline"},
+	{"replacement", replacement,
+	 "after a raw mremap + mmap MAP_FIXED grdma hands back the stale registration and "
+	 "mrnotify does not (pagemap oracle: needs root)"},
+	{"threads", threads, "several threads registering at once while another remaps"},
+	{"hooks", hooks,
+	 "(monitor none) unmaps through libc reach the cache through Open MPI's memory hooks"},
+	{"hooks-overflow", hooks_overflow,
+	 "(monitor none) more unmaps between calls than the hook queue holds: only "
+	 "registrations near them are dropped"},
+	{"limits", limits, "(max_entries / max_pinned set) the cache stays under them"},
+	{"both", both,
+	 "(both builds in the component path) caches of each, created, used and destroyed "
+	 "twice: each keeps to its own code"},
+	{"create", create_mrnotify, "creating the cache succeeds (for checks of its messages)"},
+	{"create-grdma", create_grdma, "creating a cache of the component called grdma succeeds"},
+	{"create-fails", create_fails, "a bad MCA value: creating the cache must fail"},
+};
 
 int main(int argc, char **argv)
 {
-	static const char *const all[] = {"semantics", "replacement", "threads", "bench"};
-	const char *const *modes = all;
-	int nmodes = 4;
+	static const char *const defaults[] = {"semantics", "replacement", "threads", NULL};
+	static const struct rcache_prog prog = {
+		.name = "rcache_api_test",
+		.modes = modes,
+		.nmodes = sizeof(modes) / sizeof(modes[0]),
+		.defaults = defaults,
+	};
 
-	if (argc > 1) {
-		modes = (const char *const *)argv + 1;
-		nmodes = argc - 1;
-	}
-	/* Full OPAL (memory hooks included), as in an MPI process. */
-	if (opal_init(&argc, &argv) != OPAL_SUCCESS) {
-		fprintf(stderr, "rcache_api_test: opal_init failed\n");
-		return 2;
-	}
-	if (mca_base_framework_open(&opal_rcache_base_framework, 0) != OPAL_SUCCESS) {
-		fprintf(stderr, "rcache_api_test: cannot open the rcache framework\n");
-		return 2;
-	}
-	printf("# monitor %s, component path %s\n", monitor_env(),
-	       getenv("OMPI_MCA_mca_base_component_path")
-		       ? getenv("OMPI_MCA_mca_base_component_path")
-		       : "(default)");
-	for (int i = 0; i < nmodes; i++) {
-		if (!strcmp(modes[i], "semantics"))
-			semantics();
-		else if (!strcmp(modes[i], "replacement"))
-			replacement();
-		else if (!strcmp(modes[i], "threads"))
-			threads();
-		else if (!strcmp(modes[i], "hooks"))
-			hooks();
-		else if (!strcmp(modes[i], "hooks-overflow"))
-			hooks_overflow();
-		else if (!strcmp(modes[i], "limits"))
-			limits();
-		else if (!strcmp(modes[i], "bench"))
-			bench();
-		else if (!strcmp(modes[i], "both"))
-			both();
-		else if (!strcmp(modes[i], "patterns"))
-			patterns();
-		else if (!strcmp(modes[i], "create")) {
-			struct ctx c = {.name = "create"};
-			mca_rcache_base_module_t *m = create("mrnotify", "create", &c);
-
-			result(m != NULL, "the cache is created", NULL);
-			if (m)
-				mca_rcache_base_module_destroy(m);
-		} else if (!strcmp(modes[i], "create-grdma")) {
-			struct ctx c = {.name = "create-grdma"};
-			mca_rcache_base_module_t *m = create("grdma", "create-grdma", &c);
-
-			result(m != NULL, "a grdma cache is created", NULL);
-			if (m)
-				mca_rcache_base_module_destroy(m);
-		} else if (!strcmp(modes[i], "create-fails")) {
-			struct ctx c = {.name = "bad"};
-			mca_rcache_base_module_t *m = create("mrnotify", "bad", &c);
-
-			result(m == NULL, "a bad MCA value makes creating the cache fail",
-			       m ? "the cache was created" : NULL);
-			if (m)
-				mca_rcache_base_module_destroy(m);
-		} else {
-			fprintf(stderr, "rcache_api_test: unknown mode %s\n", modes[i]);
-			return 2;
-		}
-	}
-	printf("# rcache_api_test: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
-	/* TAP's plan: a run that stops before here (a crash) has none. */
-	printf("1..%d\n", passed + failed + skipped);
-	if (hit_speedup >= 0)
-		printf("hit_speedup_vs_grdma=%.2f\n", hit_speedup);
-	fflush(stdout);
-	/* The framework's close deregisters what is left; OPAL is not torn down. */
-	mca_base_framework_close(&opal_rcache_base_framework);
-	if (failed)
-		return 1;
-	/* A proof that could not run is not a pass. */
-	return skipped ? 77 : 0;
+	return rcache_main(argc, argv, &prog);
 }

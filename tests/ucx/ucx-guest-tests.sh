@@ -8,7 +8,9 @@
 # (tests/harness/tap.sh); the programs' output is kept as comments.
 #
 # Usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR
-#                           [--noentry LIB] [--bin DIR] [--list] GROUP|CASE...
+#                           [--noentry LIB] [--bin DIR] [--benchdir DIR] [--list] GROUP|CASE...
+# --bin: the test programs (default ./ucx); --benchdir: the benchmark
+# programs, _build/bench (default DIR/../../bench, DIR that of --bin).
 # --noentry: UCX >= 1.14 only, the plugin built without its UCP entry-point
 # checks, which must miss UCP's inlined cache hits (the negative control of
 # those checks); its cases are listed only when it is given.
@@ -26,7 +28,7 @@ set -u
 # The result verbs (TAP).
 . "$(dirname "$0")/../harness/tap.sh"
 
-plugin= run= libdir= bin=$PWD/ucx list=no noentry=
+plugin= run= libdir= bin=$PWD/ucx benchdir= list=no noentry=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--plugin) plugin=$2; shift ;;
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
 	--libdir) libdir=$2; shift ;;
 	--noentry) noentry=$2; shift ;;
 	--bin) bin=$2; shift ;;
+	--benchdir) benchdir=$2; shift ;;
 	--list) list=yes ;;
 	-*) echo "ucx-guest-tests.sh: unknown option $1" >&2; exit 2 ;;
 	*) break ;;
@@ -41,7 +44,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 if [ $list = no ] && { [ -z "$plugin" ] || [ -z "$run" ] || [ -z "$libdir" ] || [ $# -eq 0 ]; }; then
-	echo "usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR [--bin DIR] GROUP|CASE..." >&2
+	echo "usage: ucx-guest-tests.sh --plugin LIB --run MRNOTIFY-UCX-RUN --libdir DIR [--bin DIR] [--benchdir DIR] GROUP|CASE..." >&2
 	exit 2
 fi
 export MRNOTIFY_UCX_PLUGIN=$plugin
@@ -53,7 +56,7 @@ XFER=$bin/ucx_xfer
 MPI=$bin/ucx_mpi_remap
 STORM="$bin/mpi_unmap_storm --threads=2 --fork"
 REGCOUNT=$bin/../apps/libregcount.so
-BENCH=$bin/ucx_rcache_bench
+BENCH=${benchdir:-$bin/../../bench}/ucx_rcache_bench
 THP=$bin/ucx_thp_pingpong
 CASES=$bin/ucx_rcache_cases
 here=$(cd "$(dirname "$0")" && pwd)
