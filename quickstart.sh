@@ -88,7 +88,7 @@ run_tests() {
 	# Each lane's logs (globs, relative to the build directory): every test
 	# log, not automake's test-suite.log, which repeats the failed ones.
 	lane "unit" "make check (libmrnotify, the harness, the UCX plugin, the Open MPI component, mrnotify-check)" \
-		"tests/lib/*.log tests/harness/*.log tests/ucx/*.log tests/mca/*.log tools/check/mrnotify-check.log" \
+		"tests/lib/*.log tests/harness/*.log tests/kernel/*.log tests/ucx/*.log tests/mca/*.log tools/check/mrnotify-check.log" \
 		make -j"$jobs" check
 	lane "sanitizer-thread" "the unit tests under ThreadSanitizer" "sanitize-thread/tests/lib/*.log sanitize-thread/tests/harness/*.log" \
 		"$top/tests/harness/sanitizer-check.sh" thread "$build/sanitize-thread"
@@ -99,11 +99,11 @@ run_tests() {
 	# Debian 11's 5.10 and Debian 13's 6.12; their stacks are cached in
 	# ${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}, and one that cannot
 	# be fetched is counted as skipped.
-	lane "kernels" "make check-kernels (the module on Debian 11's 5.10 and Debian 13's 6.12)" \
+	lane "kernels" "make check-kernels (the module on Debian 11's 5.10, Debian 13's 6.12 and trixie-backports' 7.2 and 7.3)" \
 		"tests/kernel-results-[0-9]*/[0-9]*.out tests/kernel-results-[0-9]*/status.log" \
 		make check-kernels
 	lane "debian13" "make check-debian13 (build, make check and the guest tests in a Debian 13 root)" \
-		"debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/mca/*.log debian13/guest-results/[0-9]*.out debian13/status.log" \
+		"debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/kernel/*.log debian13/tests/mca/*.log debian13/guest-results/[0-9]*.out debian13/status.log" \
 		make check-debian13
 	# Run when the kernel is cached; MRNOTIFY_DEBUG_KERNEL=build builds it
 	# first (80 min on 2 busy cores); skipped otherwise.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * What differs between the kernels mrnotify.ko builds for: 5.10 (Debian 11)
- * to 6.12 (Debian 13). Each line names the release that changed the API.
+ * to 7.3 (trixie-backports). Each line names the release that changed the API.
  * Everything else the module uses is in 5.10 already: interval notifiers
  * (5.5), copy_struct_from_user (5.4), compat_ptr_ioctl (5.5),
  * XA_FLAGS_ACCOUNT, DEFINE_DEBUGFS_ATTRIBUTE, refcount_dec_and_lock.
@@ -16,12 +16,34 @@
  * By version, each naming the release that changed: the kernels this builds
  * for (Debian's) carry none of these changes as backports.
  */
-#define MRN_LINUX_AT_LEAST(major, minor) \
-	(LINUX_VERSION_CODE >= KERNEL_VERSION(major, minor, 0))
+#define MRN_LINUX_AT_LEAST_SUB(major, minor, sub) \
+	(LINUX_VERSION_CODE >= KERNEL_VERSION(major, minor, sub))
+#define MRN_LINUX_AT_LEAST(major, minor) MRN_LINUX_AT_LEAST_SUB(major, minor, 0)
 
 #if !MRN_LINUX_AT_LEAST(5, 10)
 #error "mrnotify needs Linux 5.10 or later"
 #endif
+
+/*
+ * Until "mm/mmu_notifier.c: fix race in mmu_interval_notifier_remove()"
+ * (319561669a59, 5.18; 5.10.113 in the 5.10.y series), remove() could
+ * return while the notifier was still deferred, and the module frees a
+ * registration right after remove(). Debian's kernel headers carry the
+ * stable release in LINUX_VERSION_CODE (5.10.223 in Debian 11).
+ */
+#if !MRN_LINUX_AT_LEAST(5, 11) && !MRN_LINUX_AT_LEAST_SUB(5, 10, 113)
+#error "mrnotify needs 5.10.113+: older 5.10.y lack the mmu_interval_notifier_remove() race fix"
+#endif
+
+/*
+ * The newest release the module's tests ran on (make check-kernels): a
+ * later one builds and loads, and says at load that it is untried there.
+ */
+#define MRN_NEWEST_TESTED	"7.3"
+#define MRN_NEWEST_TESTED_MAJOR	7
+#define MRN_NEWEST_TESTED_MINOR	3
+#define MRN_BEYOND_TESTED \
+	MRN_LINUX_AT_LEAST(MRN_NEWEST_TESTED_MAJOR, MRN_NEWEST_TESTED_MINOR + 1)
 
 /* 5.14 added MMU_NOTIFY_EXCLUSIVE (make_device_exclusive_range). */
 #define MRN_HAVE_NOTIFY_EXCLUSIVE	MRN_LINUX_AT_LEAST(5, 14)

@@ -11,9 +11,15 @@
 #         under $MRNOTIFY_STACKS_DIR/trixie-root. The guest boots it with
 #         that root over 9p, and the module is built in a chroot of it:
 #         Debian 13's kbuild tools need its newer glibc.
+#   7.2, 7.3  trixie-backports' kernels (the newest 7.2.y and 7.3.y there,
+#         built with Debian 13's gcc 14): the packages unpacked under
+#         $MRNOTIFY_STACKS_DIR/trixie-bpo-7.N, booted with the Debian 13 root
+#         (6.12's, which they need); the module is built in a chroot of
+#         that root, the kernel's headers bound in.
 #
 # Usage:
-#   stacks.sh fetch KERNEL...           make what is missing (5.10, 6.12, all)
+#   stacks.sh fetch KERNEL...           make what is missing (5.10, 6.12,
+#                                       7.2, 7.3, all)
 #   stacks.sh env KERNEL                print the stack's paths as shell
 #                                       assignments (STACK_RELEASE, STACK_ROOT,
 #                                       STACK_MODULES_ROOT, STACK_IMAGE,
@@ -237,15 +243,123 @@ build_612() { # $1: out dir
 			W=1 KCFLAGS=-Werror modules' sh "$t_root" "$(readlink -f "$out")" "$rel"
 }
 
+# --- 7.2, 7.3: trixie-backports' kernels, on the Debian 13 root ----------------
+
+k_dir() { echo "$cache/trixie-bpo-$1"; } # $1: 7.2 or 7.3
+k_root() { echo "$(k_dir "$1")/root"; }
+k_ok() { [ -e "$(k_root "$1")/.complete" ]; }
+k_release() { ls "$(k_root "$1")/lib/modules" 2>/dev/null | sort -V | tail -n 1; }
+
+k_opts() { # $1: the stack's folder; a private apt state, as b_opts
+	echo -o Dir::Etc::sourcelist="$1/apt/sources.list" \
+		-o Dir::Etc::sourceparts=/dev/null -o Dir::State::Lists="$1/apt/lists" \
+		-o Dir::State::status="$1/apt/status" -o Dir::Cache="$1/apt/cache" \
+		-o APT::Sandbox::User=root
+}
+
+# The newest SERIES.y amd64 kernel trixie-backports has, as its packages
+# name it (e.g. 7.3.4+deb13-amd64): its image, modules, headers and kbuild.
+k_download() { # $1: series
+	local d rel base p pkgs=()
+	d=$(k_dir "$1")
+	mkdir -p "$d/apt/lists/partial" "$d/apt/cache" "$d/debs" || return
+	: >"$d/apt/status"
+	echo "deb $(mirror) trixie-backports main" >"$d/apt/sources.list"
+	# shellcheck disable=SC2046 # the options are words without spaces
+	apt-get -q --error-on=any $(k_opts "$d") update >/dev/null || return
+	# shellcheck disable=SC2046
+	rel=$(apt-cache $(k_opts "$d") pkgnames "linux-headers-$1." 2>/dev/null |
+		sed -n "s/^linux-headers-\($1\.[0-9]*+deb13-amd64\)$/\1/p" | sort -V | tail -n 1)
+	[ -n "$rel" ] || { say "$1: no linux-headers-$1.*-amd64 in trixie-backports"; return 1; }
+	base=${rel%-amd64}
+	for p in "linux-image-$rel" "linux-binary-$rel" "linux-modules-$rel" "linux-headers-$rel" \
+		"linux-headers-$base-common" "linux-kbuild-$base"; do
+		# shellcheck disable=SC2046
+		apt-cache $(k_opts "$d") show "$p" >/dev/null 2>&1 && pkgs+=("$p")
+	done
+	say "$1: $rel (${pkgs[*]})"
+	# shellcheck disable=SC2046
+	(cd "$d/debs" && rm -f ./*.deb && apt-get -q $(k_opts "$d") download "${pkgs[@]}" >/dev/null)
+}
+
+k_unpack() { # $1: series
+	local d root f rel hdr
+	d=$(k_dir "$1") root=$(k_root "$1")
+	rm -rf "$root.tmp" && mkdir -p "$root.tmp" || return
+	for f in "$d"/debs/*.deb; do
+		dpkg-deb -x "$f" "$root.tmp" || return
+	done
+	# Merged /usr: the packages put the modules and the image in
+	# /usr/lib/modules/REL; the guest harness looks in /lib/modules and /boot.
+	[ -e "$root.tmp/lib" ] || ln -s usr/lib "$root.tmp/lib"
+	rel=$(ls "$root.tmp/lib/modules" | head -n 1)
+	[ -n "$rel" ] || { say "$1: no modules in the packages"; return 1; }
+	mkdir -p "$root.tmp/boot"
+	[ -e "$root.tmp/boot/vmlinuz-$rel" ] || cp "$root.tmp/lib/modules/$rel/vmlinuz" "$root.tmp/boot/vmlinuz-$rel" ||
+		{ say "$1: no vmlinuz for $rel in the packages"; return 1; }
+	hdr=$root.tmp/usr/src/linux-headers-$rel
+	# As for 5.10: the headers name the -common tree and kbuild by absolute
+	# path; point them at the copy, which the build's chroot binds at the
+	# same path.
+	sed -i "s|/usr/src/|$root/usr/src/|g" "$hdr/Makefile" || return
+	ln -sfn "$root/usr/src/linux-headers-$rel" "$root.tmp/lib/modules/$rel/build"
+	depmod -b "$root.tmp" "$rel" || return
+	rm -rf "$root" && mv "$root.tmp" "$root"
+}
+
+fetch_bpo() { # $1: series
+	k_ok "$1" && { say "$1: cached in $(k_root "$1")"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "$1: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	# The root it boots with and builds in.
+	fetch_612 || return $?
+	timed "$1: download (apt-get download, trixie-backports)" k_download "$1" || return 3
+	timed "$1: unpack (dpkg-deb -x, depmod)" k_unpack "$1" || return 1
+	: >"$(k_root "$1")/.complete"
+}
+fetch_72() { fetch_bpo 7.2; }
+fetch_73() { fetch_bpo 7.3; }
+
+env_bpo() { # $1: series
+	local rel root
+	rel=$(k_release "$1") root=$(k_root "$1")
+	echo "STACK_RELEASE=$rel"
+	echo "STACK_ROOT=$t_root"
+	echo "STACK_MODULES_ROOT=$root"
+	echo "STACK_IMAGE=$root/boot/vmlinuz-$rel"
+	echo "STACK_BUILD=$root/usr/src/linux-headers-$rel"
+}
+env_72() { env_bpo 7.2; }
+env_73() { env_bpo 7.3; }
+
+# In the Debian 13 root (gcc 14, the kernel's compiler), as build_612, with
+# the unpacked kernel's folder bound at its own path.
+build_bpo() { # $1: series, $2: out dir
+	local rel root
+	rel=$(k_release "$1") root=$(k_root "$1")
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	nice unshare -m -- /bin/sh -c '
+		set -e
+		mount --make-rprivate /
+		mount -t tmpfs tmpfs "$1/run"
+		mkdir -p "$1/run/mrn-kmod" "$1$4"
+		mount --bind "$2" "$1/run/mrn-kmod"
+		mount --bind "$4" "$1$4"
+		mount -t proc proc "$1/proc"
+		exec chroot "$1" make -C "$4/usr/src/linux-headers-$3" M=/run/mrn-kmod \
+			W=1 KCFLAGS=-Werror modules' sh "$t_root" "$(readlink -f "$2")" "$rel" "$root"
+}
+build_72() { build_bpo 7.2 "$1"; }
+build_73() { build_bpo 7.3 "$1"; }
+
 # --- commands ---------------------------------------------------------------------
 
 kernels() { # expand "all"
 	local k
 	for k in "$@"; do
 		case "$k" in
-		all) echo 5.10 6.12 ;;
-		5.10|6.12) echo "$k" ;;
-		*) say "unknown kernel '$k' (5.10, 6.12 or all)"; exit 2 ;;
+		all) echo 5.10 6.12 7.2 7.3 ;;
+		5.10|6.12|7.2|7.3) echo "$k" ;;
+		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3 or all)"; exit 2 ;;
 		esac
 	done
 }
@@ -264,14 +378,14 @@ fetch)
 env)
 	[ $# -eq 1 ] || { say "usage: $prog env KERNEL"; exit 2; }
 	k=$(kernels "$1")
-	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; esac ||
+	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; *) t_ok && k_ok "$k" ;; esac ||
 		{ say "$k: not cached (run $prog fetch $k)"; exit 3; }
 	"env_${k/./}"
 	;;
 build-module)
 	[ $# -eq 3 ] || { say "usage: $prog build-module KERNEL SRC OUT"; exit 2; }
 	k=$(kernels "$1") src=$(readlink -f "$2") out=$3
-	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; esac ||
+	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; *) t_ok && k_ok "$k" ;; esac ||
 		{ say "$k: not cached (run $prog fetch $k)"; exit 3; }
 	# A copy, not links: the chroot cannot follow links to the host's tree.
 	rm -rf "$out" && mkdir -p "$out/include/uapi/linux" || exit 1

@@ -12,8 +12,15 @@ set -eu
 ko=$1
 cycles=${2:-10}
 stop() { fail "$*"; finish; }
-
-grep -q '^mrn_reg ' /proc/slabinfo || stop "slab cache mrn_reg not found while loaded"
+# The module's slab cache: in /proc/slabinfo, or (SLUB, when the kernel
+# merged it with another cache of the same size, as 7.3 does unless booted
+# with slab_nomerge) as an alias in /sys/kernel/slab. A merged cache cannot
+# be seen to go away: then that check is skipped, not passed.
+slab_listed() { grep -q '^mrn_reg ' /proc/slabinfo; }
+slab_present() { slab_listed || [ -e /sys/kernel/slab/mrn_reg ]; }
+merged=no
+slab_listed || merged=yes
+slab_present || stop "slab cache mrn_reg not found while loaded"
 exec 3</dev/mrnotify
 if rmmod mrnotify 2>/dev/null; then stop "unloaded while a context was open"; fi
 pass "unload refused while a context is open"
@@ -23,7 +30,7 @@ while [ "$i" -lt "$cycles" ]; do
 	rmmod mrnotify
 	[ ! -e /sys/module/mrnotify ] || stop "module still present after rmmod"
 	[ ! -e /dev/mrnotify ] || stop "device still present after rmmod"
-	! grep -q '^mrn_reg ' /proc/slabinfo || stop "slab cache left behind"
+	[ $merged = yes ] || ! slab_listed || stop "slab cache left behind"
 	[ ! -e /sys/kernel/debug/mrnotify ] || stop "debugfs directory left behind"
 	insmod "$ko"
 	[ -c /dev/mrnotify ] || stop "no device after insmod"
@@ -31,4 +38,5 @@ while [ "$i" -lt "$cycles" ]; do
 	i=$((i + 1))
 done
 pass "$cycles unload/load cycles: nothing left behind after each unload, all back after each load"
+[ $merged = no ] || skip "the slab cache is destroyed at unload" "mrn_reg is merged into another cache (boot with slab_nomerge to check)"
 finish

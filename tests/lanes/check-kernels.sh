@@ -3,12 +3,15 @@
 #
 # check-kernels.sh: the module's own tests (tests/kernel/*) on the kernels of
 # the other Debian stacks, each in its own guest: 5.10 (Debian 11's kernel,
-# the host's root) and 6.12 (Debian 13's kernel on a Debian 13 root). The
-# module is built for each with W=1 -Werror; the test programs are the
-# host's build (Debian 13's glibc and libstdc++ run Debian 12's binaries).
+# the host's root), 6.12 (Debian 13's kernel on a Debian 13 root), 7.2 and
+# 7.3 (trixie-backports' kernels on that root). The module is built for
+# each with W=1 -Werror; the test programs are the host's build (Debian
+# 13's glibc and libstdc++ run Debian 12's binaries). The guests boot with
+# slab_nomerge, so that the unload test sees the module's own slab cache go
+# (7.3 merges it into another otherwise).
 #
 # Usage: KERNEL_TESTS="PROGRAM..." check-kernels.sh --srcdir DIR --builddir DIR [KERNEL...]
-#   KERNEL: 5.10, 6.12 (default: both)
+#   KERNEL: 5.10, 6.12, 7.2, 7.3 (default: all four)
 # Stacks come from tests/harness/stacks.sh (cached; MRNOTIFY_STACKS_DIR,
 # MRNOTIFY_STACKS=skip). A kernel whose stack cannot be had is SKIPPED, not
 # passed. Results: <builddir>/tests/kernel-results-KERNEL/: N.out / N.rc per
@@ -24,7 +27,7 @@ lane_help=4,16
 . "$(dirname "$0")/../harness/tap.sh"
 lane_args "$@"
 set -- "${lane_rest[@]+"${lane_rest[@]}"}"
-[ $# -gt 0 ] || set -- 5.10 6.12
+[ $# -gt 0 ] || set -- 5.10 6.12 7.2 7.3
 
 stacks=$srcdir/tests/harness/stacks.sh
 # The module's test programs: make check-kernels passes tests/Makefile.am's
@@ -67,7 +70,7 @@ for k in "$@"; do
 	# shellcheck disable=SC2154 # STACK_* come from stacks.sh env
 	nice "$srcdir/tests/harness/run-in-guest.sh" --root "$STACK_ROOT" \
 		--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE" \
-		--kernel-image "$STACK_IMAGE" --module "$ko" \
+		--kernel-image "$STACK_IMAGE" --module "$ko" --kernel-arg slab_nomerge \
 		--cwd "$builddir/tests" --bind "$srcdir" --bind "$builddir" \
 		--test-timeout 1500 --timeout 3000 --quiet --results "$res" \
 		"${tests[@]}" "sh $srcdir/tests/kernel/mrn_unload.sh $ko" || status=1
