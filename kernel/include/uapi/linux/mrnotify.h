@@ -45,50 +45,69 @@
 /* Whether a module speaking module_abi serves a program built for this header. */
 #define MRN_ABI_SERVES(module_abi)	((module_abi) >= MRN_ABI_VERSION)
 
-/*
- * The status page: mmap(NULL, page size, PROT_READ, MAP_SHARED, fd, 0).
- * The kernel writes it; it never reads it back.
+/**
+ * struct mrn_status - the status page
+ * @generation: increases by one each time a registration becomes dirty;
+ *	written after the registration is on the dirty list. Read it with one
+ *	64-bit acquire load (e.g. __atomic_load_n(&st->generation,
+ *	__ATOMIC_ACQUIRE)).
+ * @abi_version: MRN_ABI_VERSION of the running module
+ * @reserved: zero
+ *
+ * mmap(NULL, page size, PROT_READ, MAP_SHARED, fd, 0). The kernel writes it;
+ * it never reads it back.
  */
 struct mrn_status {
-	/*
-	 * Increases by one each time a registration becomes dirty; written
-	 * after the registration is on the dirty list. Read it with an acquire
-	 * load (e.g. __atomic_load_n(&st->generation, __ATOMIC_ACQUIRE)).
-	 */
 	__aligned_u64 generation;
-	__u32 abi_version;	/* MRN_ABI_VERSION of the running module */
-	__u32 reserved;		/* zero */
+	__u32 abi_version;
+	__u32 reserved;
 };
 
-/* MRN_IOC_REGISTER: watch [addr, addr + length) (byte granular). */
+/**
+ * struct mrn_register - MRN_IOC_REGISTER: watch [addr, addr + length)
+ * @size: in: sizeof(struct mrn_register)
+ * @flags: in: none defined, must be 0
+ * @addr: in: start of the range (any alignment: byte granular)
+ * @length: in: bytes, > 0
+ * @cookie: in: returned by DRAIN, never interpreted
+ * @id: out: the handle for UNREGISTER, valid when REGISTER returns 0: 1, 2,
+ *	3... in the order REGISTER calls began, never reused by the context
+ */
 struct mrn_register {
-	__u32 size;		/* in: sizeof(struct mrn_register) */
-	__u32 flags;		/* in: none defined, must be 0 */
-	__aligned_u64 addr;		/* in: start of the range (any alignment) */
-	__aligned_u64 length;		/* in: bytes, > 0 */
-	__aligned_u64 cookie;		/* in: returned by DRAIN, never interpreted */
-	/*
-	 * out: handle for UNREGISTER, valid when REGISTER returns 0: 1, 2, 3...
-	 * in the order REGISTER calls began, never reused by the context.
-	 */
+	__u32 size;
+	__u32 flags;
+	__aligned_u64 addr;
+	__aligned_u64 length;
+	__aligned_u64 cookie;
 	__aligned_u64 id;
 };
 #define MRN_REGISTER_SIZE_VER1	40
 
-/*
- * MRN_IOC_UNREGISTER: stop watching. Returns 0, or MRN_UNREGISTER_WAS_DIRTY
- * (a positive value) when the registration had already been invalidated but
- * not yet drained: it is then reported here instead of by a later DRAIN.
+/**
+ * struct mrn_unregister - MRN_IOC_UNREGISTER: stop watching
+ * @size: in: sizeof(struct mrn_unregister)
+ * @flags: in: none defined, must be 0
+ * @id: in: from REGISTER
+ *
+ * Returns 0, or MRN_UNREGISTER_WAS_DIRTY (a positive value) when the
+ * registration had already been invalidated but not yet drained: it is then
+ * reported here instead of by a later DRAIN.
  */
 struct mrn_unregister {
-	__u32 size;		/* in: sizeof(struct mrn_unregister) */
-	__u32 flags;		/* in: none defined, must be 0 */
-	__aligned_u64 id;		/* in: from REGISTER */
+	__u32 size;
+	__u32 flags;
+	__aligned_u64 id;
 };
 #define MRN_UNREGISTER_SIZE_VER1	16
 #define MRN_UNREGISTER_WAS_DIRTY	1
 
-/* One invalidated registration, as written by DRAIN. */
+/**
+ * struct mrn_dirty_entry - one invalidated registration, as DRAIN writes it
+ * @cookie: the registration's cookie
+ * @id: its id, stale from now on
+ * @addr: the start of its range
+ * @length: the length of its range
+ */
 struct mrn_dirty_entry {
 	__aligned_u64 cookie;
 	__aligned_u64 id;
@@ -97,21 +116,31 @@ struct mrn_dirty_entry {
 };
 #define MRN_DIRTY_ENTRY_SIZE_VER1	32
 
-/*
- * MRN_IOC_DRAIN: take up to capacity (at most MRN_DRAIN_MAX_BATCH) dirty
- * registrations, in increasing id order. Each drained registration is
- * released by the kernel: its id is stale and it is reported exactly once.
- * On EFAULT nothing is taken.
+/**
+ * struct mrn_drain - MRN_IOC_DRAIN: take invalidated registrations
+ * @size: in: sizeof(struct mrn_drain)
+ * @flags: in: none defined, must be 0
+ * @entries: in: user pointer to @capacity entries of @entry_size bytes
+ * @capacity: in: the number of entries at @entries
+ * @entry_size: in: sizeof(struct mrn_dirty_entry), >= 32
+ * @count: out: the entries written
+ * @out_flags: out: MRN_DRAIN_MORE
+ * @generation: out: the generation when the batch was taken
+ *
+ * Takes up to @capacity (at most MRN_DRAIN_MAX_BATCH) dirty registrations,
+ * in increasing id order. Each drained registration is released by the
+ * kernel: its id is stale and it is reported exactly once. On EFAULT
+ * nothing is taken.
  */
 struct mrn_drain {
-	__u32 size;		/* in: sizeof(struct mrn_drain) */
-	__u32 flags;		/* in: none defined, must be 0 */
-	__aligned_u64 entries;		/* in: user pointer to capacity entries */
-	__u32 capacity;		/* in: number of entries at .entries */
-	__u32 entry_size;	/* in: sizeof(struct mrn_dirty_entry), >= 32 */
-	__u32 count;		/* out: entries written */
-	__u32 out_flags;	/* out: MRN_DRAIN_MORE */
-	__aligned_u64 generation;	/* out: the generation when the batch was taken */
+	__u32 size;
+	__u32 flags;
+	__aligned_u64 entries;
+	__u32 capacity;
+	__u32 entry_size;
+	__u32 count;
+	__u32 out_flags;
+	__aligned_u64 generation;
 };
 #define MRN_DRAIN_SIZE_VER1	40
 /* More registrations were dirty than fitted; call DRAIN again. */
@@ -119,22 +148,34 @@ struct mrn_drain {
 /* The most entries one DRAIN call writes, whatever the capacity. */
 #define MRN_DRAIN_MAX_BATCH	1024
 
-/*
- * MRN_IOC_QUERY: limits and state of this context. Per-reason counters are
- * kernel internals: see /sys/kernel/debug/mrnotify/ (docs/kernel-abi.md).
+/**
+ * struct mrn_query - MRN_IOC_QUERY: the limits and state of this context
+ * @size: in: sizeof(struct mrn_query)
+ * @flags: in: none defined, must be 0
+ * @abi_version: out: MRN_ABI_VERSION of the running module
+ * @reg_bytes: out: the slab object size of one registration
+ * @max_registrations: out: the per-context cap (ENOSPC beyond it)
+ * @registrations: out: live registrations
+ * @dirty: out: dirty registrations not yet drained
+ * @generation: out: the same value as the status page
+ * @max_user_registrations: out: the per-user cap across contexts (ENOSPC
+ *	beyond it)
+ * @user_registrations: out: live registrations of the opener's user, all
+ *	contexts
+ *
+ * Per-reason counters are kernel internals: see /sys/kernel/debug/mrnotify/;
+ * module-wide usage is in /sys/class/misc/mrnotify/ (docs/kernel-abi.md).
  */
 struct mrn_query {
-	__u32 size;		/* in: sizeof(struct mrn_query) */
-	__u32 flags;		/* in: none defined, must be 0 */
-	__u32 abi_version;	/* MRN_ABI_VERSION */
-	__u32 reg_bytes;	/* slab object size of one registration */
-	__aligned_u64 max_registrations;/* per-context cap (ENOSPC beyond it) */
-	__aligned_u64 registrations;	/* live registrations */
-	__aligned_u64 dirty;		/* dirty registrations not yet drained */
-	__aligned_u64 generation;	/* same value as the status page */
-	/* per-user cap across contexts (ENOSPC beyond it) */
+	__u32 size;
+	__u32 flags;
+	__u32 abi_version;
+	__u32 reg_bytes;
+	__aligned_u64 max_registrations;
+	__aligned_u64 registrations;
+	__aligned_u64 dirty;
+	__aligned_u64 generation;
 	__aligned_u64 max_user_registrations;
-	/* live registrations of the opener's user, all contexts */
 	__aligned_u64 user_registrations;
 };
 #define MRN_QUERY_SIZE_VER1	64
