@@ -17,11 +17,13 @@
 #                                   stop the peer
 #
 # KEYDIR holds host_key and client_key (dropbearkey), and their public
-# halves host_key.pub and client_key.pub.
+# halves host_key.pub and client_key.pub. Each step prints TAP
+# (tests/harness/tap.sh), as every test does; mpi's CMD prints its own.
 set -u
 prog=two-nodes.sh
 stop_flag=/var/tmp/mrn-two-nodes-stop
-die() { echo "$prog: $*" >&2; exit 1; }
+. "$(dirname "$0")/../harness/tap.sh"
+die() { fail "$prog: $*"; finish; }
 
 my_address() {
 	ip -4 -o addr show dev eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p' | head -n 1
@@ -61,8 +63,9 @@ serve)
 	done
 	kill $pid 2>/dev/null
 	logins=$(grep -c "auth succeeded" /var/tmp/dropbear.log)
-	echo "$prog: node $(hostname) served $logins login(s) in ${waited} s"
 	[ -e $stop_flag ] || die "node 1 never said stop within ${limit} s"
+	pass "node $(hostname) served $logins login(s) in ${waited} s, until node 1 said stop"
+	finish
 	;;
 connect)
 	[ $# -eq 2 ] || die "usage: $prog connect KEYDIR PEER"
@@ -79,13 +82,17 @@ connect)
 		sleep 5
 		waited=$((waited + 5))
 	done
-	echo "$prog: logged in to $out ($peer) after ${waited} s"
+	pass "logged in to $out ($peer) after ${waited} s"
 	mpi_env "$peer"
 	# One rank on each node, or the later cases prove nothing.
 	names=$(mpirun --allow-run-as-root --host "$MRN_MPI_HOSTS" -np 2 --map-by node hostname 2>&1)
-	echo "$names"
-	echo "$names" | grep -qx "$(hostname)" && echo "$names" | grep -qx "$out" ||
-		die "mpirun did not place a rank on $(hostname) and one on $out"
+	echo "$names" | sed 's/^/# /'
+	if echo "$names" | grep -qx "$(hostname)" && echo "$names" | grep -qx "$out"; then
+		pass "mpirun placed one rank on $(hostname) and one on $out"
+	else
+		fail "mpirun did not place a rank on $(hostname) and one on $out"
+	fi
+	finish
 	;;
 mpi)
 	[ $# -ge 2 ] || die "usage: $prog mpi PEER CMD..."
@@ -96,18 +103,17 @@ mpi)
 stop)
 	[ $# -eq 1 ] || die "usage: $prog stop PEER"
 	peer=$1
-	status=0
 	# The peer's kernel did our cache's work for its rank: its counters of
 	# registrations invalidated and drained moved.
 	counters=$(on_peer "$peer" 'cd /sys/kernel/debug/mrnotify && grep . invalidated drained contexts registrations') ||
-		{ echo "$prog: cannot read mrnotify.ko's counters on $peer"; status=1; }
-	echo "$prog: mrnotify.ko on $peer: $(echo "$counters" | tr '\n' ' ')"
+		fail "read mrnotify.ko's counters on $peer"
+	note "mrnotify.ko on $peer: $(echo "$counters" | tr '\n' ' ')"
 	for c in invalidated drained; do
 		n=$(echo "$counters" | sed -n "s/^$c:\([0-9]*\)$/\1/p")
-		[ "${n:-0}" -gt 0 ] || { echo "$prog: $c is ${n:-missing} on $peer"; status=1; }
+		check "$c on $peer moved (${n:-missing})" [ "${n:-0}" -gt 0 ]
 	done
-	on_peer "$peer" "touch $stop_flag" || { echo "$prog: cannot stop $peer"; status=1; }
-	exit $status
+	check "told $peer to stop" on_peer "$peer" "touch $stop_flag"
+	finish
 	;;
 *)
 	die "usage: $prog serve|connect|mpi|stop ..."
