@@ -12,8 +12,8 @@
  * registrations with one ioctl.
  *
  * Locking:
- *  - ctx->regs.xa_lock (a spinlock) protects the dirty marks, the
- *    generation and nr_dirty. It is the only lock the notifier
+ *  - ctx->regs.xa_lock (a spinlock) protects the dirty marks, reg->dirty,
+ *    the generation and nr_dirty. It is the only lock the notifier
  *    callback takes, so the mark is complete before munmap() and friends
  *    return, and the callback never sleeps, allocates or defers work.
  *  - ctx->mutex serialises the index changes of REGISTER, UNREGISTER and
@@ -72,7 +72,7 @@
 #define MRN_DEFAULT_MAX_USER_CONTEXTS	4096
 /*
  * Ids count up from 1 and are never reused: 63 bits last 292 years at one
- * REGISTER per nanosecond (the uapi keeps the 64th for later use).
+ * REGISTER per nanosecond, and the 64th bit of the word is reg->dirty.
  */
 #define MRN_ID_MAX	(BIT_ULL(63) - 1)
 /* Kernel memory of one registration, for the default per-user cap. */
@@ -92,17 +92,22 @@
 
 /*
  * One registration, 112 bytes: the 88-byte interval notifier, its context,
- * the cookie and the id. The address range lives in the notifier's interval
- * tree node, and the dirty list is a mark in the id index (no list pointers,
- * and no dirty bit beside the id, which ioctls read without the xa_lock);
- * with the index slot and memcg accounting the kernel spends about 128
- * bytes per registration.
+ * the cookie, and the id sharing a word with the dirty bit. The address range lives in the notifier's interval
+ * tree node, and the dirty list is a mark in the id index, so no list
+ * pointers are needed; with the index slot and memcg accounting the kernel
+ * spends about 128 bytes per registration.
  */
 struct mrn_reg {
 	struct mmu_interval_notifier notifier;
 	struct mrn_ctx *ctx;
 	u64 cookie;
-	u64 id;		/* written before the notifier exists, then constant */
+	/*
+	 * One word, and no lockless access to either half: both are written
+	 * before the registration is in the index (REGISTER) or under the
+	 * xa_lock, and read only under it (the callback, mrn_unlink()).
+	 */
+	u64 id : 63;	/* written before the notifier exists, then constant */
+	u64 dirty : 1;	/* xa_lock: invalidated, not yet drained/unregistered */
 };
 
 /*
@@ -127,7 +132,7 @@ struct mrn_ctx {
 	struct mutex drain_mutex;	/* ditto */
 	/*
 	 * id -> registration. Its xa_lock also guards what the notifier
-	 * touches: the marks, generation and nr_dirty.
+	 * touches: marks, reg->dirty, generation and nr_dirty.
 	 */
 	struct xarray regs;
 	atomic64_t last_id;		/* the last id handed out */
@@ -377,10 +382,11 @@ static bool mrn_invalidate(struct mmu_interval_notifier *mni,
 	mmu_interval_set_seq(mni, cur_seq);
 	if (!invalidates) {
 		outcome = MRN_CNT_IGNORED;
-	} else if (xa_get_mark(&ctx->regs, reg->id, MRN_MARK_DIRTY)) {
+	} else if (reg->dirty) {
 		outcome = MRN_CNT_ALREADY_DIRTY;
 	} else {
 		/* Setting a mark never allocates: the entry exists. */
+		reg->dirty = 1;
 		__xa_set_mark(&ctx->regs, reg->id, MRN_MARK_DIRTY);
 		ctx->nr_dirty++;
 		ctx->generation++;
@@ -427,8 +433,8 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 
 	lockdep_assert_held(&ctx->mutex);
 	xa_lock(&ctx->regs);
-	dirty = xa_get_mark(&ctx->regs, reg->id, MRN_MARK_DIRTY);
 	__xa_erase(&ctx->regs, reg->id);
+	dirty = reg->dirty;
 	if (dirty)
 		ctx->nr_dirty--;
 	ctx->nr_regs--;
@@ -666,6 +672,7 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	atomic_long_inc(&mrn_nr_regs);
 	reg->ctx = ctx;
 	reg->cookie = arg.cookie;
+	reg->dirty = 0;
 
 	id = atomic64_inc_return(&ctx->last_id);
 	if (id > MRN_ID_MAX) {

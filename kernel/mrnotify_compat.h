@@ -10,6 +10,7 @@
 #define MRNOTIFY_COMPAT_H
 
 #include <linux/mm.h>
+#include <linux/stringify.h>
 #include <linux/version.h>
 
 /*
@@ -39,9 +40,10 @@
  * The newest release the module's tests ran on (make check-kernels): a
  * later one builds and loads, and says at load that it is untried there.
  */
-#define MRN_NEWEST_TESTED	"7.3"
 #define MRN_NEWEST_TESTED_MAJOR	7
 #define MRN_NEWEST_TESTED_MINOR	3
+#define MRN_NEWEST_TESTED \
+	__stringify(MRN_NEWEST_TESTED_MAJOR) "." __stringify(MRN_NEWEST_TESTED_MINOR)
 #define MRN_BEYOND_TESTED \
 	MRN_LINUX_AT_LEAST(MRN_NEWEST_TESTED_MAJOR, MRN_NEWEST_TESTED_MINOR + 1)
 

@@ -55,12 +55,13 @@ b_root=$b_dir/root
 # A private apt state, so that the machine's own sources stay as they are;
 # an empty dpkg status, so that the host's installed 6.1 packages are not
 # taken for the release's.
-b_opts() {
-	echo -o Dir::Etc::sourcelist="$b_dir/apt/sources.list" \
-		-o Dir::Etc::sourceparts=/dev/null -o Dir::State::Lists="$b_dir/apt/lists" \
-		-o Dir::State::status="$b_dir/apt/status" -o Dir::Cache="$b_dir/apt/cache" \
+apt_opts() { # $1: the folder holding apt/ (sources.list, lists, status, cache)
+	echo -o Dir::Etc::sourcelist="$1/apt/sources.list" \
+		-o Dir::Etc::sourceparts=/dev/null -o Dir::State::Lists="$1/apt/lists" \
+		-o Dir::State::status="$1/apt/status" -o Dir::Cache="$1/apt/cache" \
 		-o APT::Sandbox::User=root
 }
+b_opts() { apt_opts "$b_dir"; }
 
 # The first dependency of PACKAGE that matches the sed pattern.
 b_dep() { # $1: package, $2: sed -n expression
@@ -176,9 +177,8 @@ t_ompi_src() {
 	rm -rf "$tmp" && mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache" "$tmp/src" || return 1
 	: >"$tmp/apt/status"
 	echo "deb-src $(mirror) trixie main" >"$tmp/apt/sources.list"
-	local o=(-o Dir::Etc::sourcelist="$tmp/apt/sources.list" -o Dir::Etc::sourceparts=/dev/null
-		-o Dir::State::Lists="$tmp/apt/lists" -o Dir::State::status="$tmp/apt/status"
-		-o Dir::Cache="$tmp/apt/cache" -o APT::Sandbox::User=root)
+	local o
+	read -ra o <<<"$(apt_opts "$tmp")"
 	apt-get -q --error-on=any "${o[@]}" update >/dev/null &&
 		(cd "$tmp" && apt-get -q "${o[@]}" source --download-only "openmpi=$ver" >/dev/null) ||
 		{ say "6.12: could not download Open MPI $ver's source package"; rm -rf "$tmp"; return 3; }
@@ -250,13 +250,6 @@ k_root() { echo "$(k_dir "$1")/root"; }
 k_ok() { [ -e "$(k_root "$1")/.complete" ]; }
 k_release() { ls "$(k_root "$1")/lib/modules" 2>/dev/null | sort -V | tail -n 1; }
 
-k_opts() { # $1: the stack's folder; a private apt state, as b_opts
-	echo -o Dir::Etc::sourcelist="$1/apt/sources.list" \
-		-o Dir::Etc::sourceparts=/dev/null -o Dir::State::Lists="$1/apt/lists" \
-		-o Dir::State::status="$1/apt/status" -o Dir::Cache="$1/apt/cache" \
-		-o APT::Sandbox::User=root
-}
-
 # The newest SERIES.y amd64 kernel trixie-backports has, as its packages
 # name it (e.g. 7.3.4+deb13-amd64): its image, modules, headers and kbuild.
 k_download() { # $1: series
@@ -266,20 +259,20 @@ k_download() { # $1: series
 	: >"$d/apt/status"
 	echo "deb $(mirror) trixie-backports main" >"$d/apt/sources.list"
 	# shellcheck disable=SC2046 # the options are words without spaces
-	apt-get -q --error-on=any $(k_opts "$d") update >/dev/null || return
+	apt-get -q --error-on=any $(apt_opts "$d") update >/dev/null || return
 	# shellcheck disable=SC2046
-	rel=$(apt-cache $(k_opts "$d") pkgnames "linux-headers-$1." 2>/dev/null |
+	rel=$(apt-cache $(apt_opts "$d") pkgnames "linux-headers-$1." 2>/dev/null |
 		sed -n "s/^linux-headers-\($1\.[0-9]*+deb13-amd64\)$/\1/p" | sort -V | tail -n 1)
 	[ -n "$rel" ] || { say "$1: no linux-headers-$1.*-amd64 in trixie-backports"; return 1; }
 	base=${rel%-amd64}
 	for p in "linux-image-$rel" "linux-binary-$rel" "linux-modules-$rel" "linux-headers-$rel" \
 		"linux-headers-$base-common" "linux-kbuild-$base"; do
 		# shellcheck disable=SC2046
-		apt-cache $(k_opts "$d") show "$p" >/dev/null 2>&1 && pkgs+=("$p")
+		apt-cache $(apt_opts "$d") show "$p" >/dev/null 2>&1 && pkgs+=("$p")
 	done
 	say "$1: $rel (${pkgs[*]})"
 	# shellcheck disable=SC2046
-	(cd "$d/debs" && rm -f ./*.deb && apt-get -q $(k_opts "$d") download "${pkgs[@]}" >/dev/null)
+	(cd "$d/debs" && rm -f ./*.deb && apt-get -q $(apt_opts "$d") download "${pkgs[@]}" >/dev/null)
 }
 
 k_unpack() { # $1: series

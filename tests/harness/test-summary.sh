@@ -17,8 +17,8 @@ tp=0 tf=0 ts=0
 for log in "$@"; do
 	[ -r "$log" ] || continue
 	read -r p f s plan <<<"$(awk '
-		/^not ok/ { if ($0 !~ /# *TODO/) f++; n++; next }
-		/^ok/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++; n++; next }
+		/^not ok( |$)/ { if ($0 !~ /# *TODO/) f++; n++; next }
+		/^ok( |$)/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++; n++; next }
 		/^1\.\.[0-9]+/ { plan = $0; sub(/^1\.\./, "", plan); sub(/[^0-9].*/, "", plan) }
 		END { printf "%d %d %d %s\n", p, f, s, (plan == "" ? "none" : plan) }' "$log")"
 	n=$((p + f + s))

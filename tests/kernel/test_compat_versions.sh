@@ -24,6 +24,10 @@ static inline void vm_flags_mod(struct vm_area_struct *vma, vm_flags_t set, vm_f
 	vma->vm_flags = (vma->vm_flags | set) & ~clear;
 }
 EOF
+cat >"$t/linux/stringify.h" <<'EOF'
+#define __stringify_1(x...) #x
+#define __stringify(x...) __stringify_1(x)
+EOF
 cp "$compat" "$t/mrnotify_compat.h"
 
 # build MAJOR MINOR SUBLEVEL BEYOND: the header compiles for that release,

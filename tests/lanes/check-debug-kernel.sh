@@ -133,6 +133,8 @@ ctl=$builddir/tests/kernel-results-debug-control
 rm -rf "$ctl" && mkdir -p "$ctl" || exit 2
 cout=$builddir/kernel/debug-control
 rm -rf "$cout" && cp -r "$out" "$cout" && rm -f "$cout"/*.ko "$cout"/*.o || exit 2
+# The control's results, as TAP, in its status.log.
+tap_log=$ctl/status.log
 if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_MIGHT_SLEEP \
 	-DMRN_NEGATIVE_CONTROL_LEAK_ON_ENOMEM" modules >"$ctl/build.log" 2>&1; then
 	nice "$srcdir/tests/harness/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
@@ -142,8 +144,6 @@ if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_
 		--bind "$srcdir" --bind "$builddir" --timeout 900 --quiet --results "$ctl/guest" \
 		'kernel/mrn_race_fuzz --ops 2000 --threads 2' \
 		'kernel/mrn_race_fuzz --ops 5000 --threads 2 --fail-slab 5' >"$ctl/guest.log" 2>&1
-	# The control's two results, as TAP, in its status.log.
-	tap_log=$ctl/status.log
 	if grep -q 'sleeping function called from invalid context' "$ctl/guest/dmesg.txt" 2>/dev/null; then
 		pass "control: a sleep under the notifier's spinlock is reported"
 	else
@@ -155,7 +155,6 @@ if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_
 		fail "control: a charge leaked on ENOMEM went UNREPORTED ($ctl)"
 	fi
 else
-	tap_log=$ctl/status.log
 	fail "control: the control module did not build ($ctl/build.log)"
 fi
 plan
