@@ -92,10 +92,10 @@
 
 /*
  * One registration, 112 bytes: the 88-byte interval notifier, its context,
- * the cookie, and the id sharing a word with the dirty bit. The address range lives in the notifier's interval
- * tree node, and the dirty list is a mark in the id index, so no list
- * pointers are needed; with the index slot and memcg accounting the kernel
- * spends about 128 bytes per registration.
+ * the cookie, and the id sharing a word with the dirty bit. The address
+ * range lives in the notifier's interval tree node, and the dirty list is a
+ * mark in the id index, so no list pointers are needed; with the index slot
+ * and memcg accounting the kernel spends about 128 bytes per registration.
  */
 struct mrn_reg {
 	struct mmu_interval_notifier notifier;
