@@ -4,24 +4,35 @@
  * registration caches.
  *
  * Each open file of /dev/mrnotify is a context bound to the opener's mm.
- * User space registers byte ranges; each becomes an mmu_interval_notifier.
- * When the core mm announces a change that can replace the pages under a
- * range, the notifier callback marks the registration dirty and bumps a
- * 64-bit generation in a page mapped read-only into the process. A cache
- * checks that word on every hit and, when it moved, drains the dirty
- * registrations with one ioctl.
+ * User space registers byte ranges. When the core mm announces a change
+ * that can replace the pages under a range, the module marks the
+ * registration dirty and bumps a 64-bit generation in a page mapped
+ * read-only into the process. A cache checks that word on every hit and,
+ * when it moved, drains the dirty registrations with one ioctl.
+ *
+ * Bounded work per invalidation: an address space has one mmu_notifier,
+ * shared by all its contexts (mmu_notifier_get), and one interval tree of
+ * its clean registrations. A change finds the registrations it overlaps in
+ * that tree, marks them and takes them out of it, so each registration is
+ * marked at most once and a second change of the same range finds nothing:
+ * whoever registers what, a change costs O(log n) plus one mark per
+ * registration that was clean, and every mark was paid for by a REGISTER.
+ * (With one interval notifier per registration, a change walked every
+ * registration over its range each time, dirty or not, in the context of
+ * whoever made it: another user's truncate, reclaim, the flusher.)
  *
  * Locking:
- *  - ctx->regs.xa_lock (a spinlock) protects the dirty marks, reg->dirty,
- *    the generation and nr_dirty. It is the only lock the notifier
- *    callback takes, so the mark is complete before munmap() and friends
- *    return, and the callback never sleeps, allocates or defers work.
+ *  - mrn_mm->lock (a spinlock) protects the tree, the in-flight table and
+ *    reg->dirty. The notifier takes it and, nested inside, the context's
+ *    xa_lock; it never sleeps holding them, never allocates, never defers
+ *    work, so the mark is complete before munmap() and friends return.
+ *  - ctx->regs.xa_lock protects the dirty marks, the generation and
+ *    nr_dirty (reg->dirty is written under both locks).
  *  - ctx->mutex serialises the index changes of REGISTER, UNREGISTER and
  *    DRAIN: it keeps a registration alive while an ioctl works on it
- *    outside the spinlock. The notifier never takes it, so waiting for
- *    callbacks under it (mmu_interval_notifier_remove,
- *    mmu_interval_read_begin) is safe. No user memory is touched under it:
- *    a fault on a userfaultfd-registered buffer must not stall the context.
+ *    outside the spinlocks. No ioctl waits for invalidations under it, and
+ *    no user memory is touched under it: a fault on a
+ *    userfaultfd-registered buffer must not stall the context.
  *  - ctx->drain_mutex (taken before ctx->mutex) serialises DRAINs across
  *    their copy to user space, so that a batch in flight has one owner.
  *    UNREGISTER of a registration in that batch waits for it, outside
@@ -36,6 +47,7 @@
 #include <linux/device.h>
 #include <linux/fs.h>
 #include <linux/hashtable.h>
+#include <linux/interval_tree.h>
 #include <linux/lockdep.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -71,10 +83,15 @@
 /* Contexts a user may hold open unless the administrator says otherwise. */
 #define MRN_DEFAULT_MAX_USER_CONTEXTS	4096
 /*
- * Ids count up from 1 and are never reused: 63 bits last 292 years at one
- * REGISTER per nanosecond, and the 64th bit of the word is reg->dirty.
+ * An id is a slot of the context's index in the low 32 bits and the slot's
+ * generation above it. Slots are reused lowest-freed-first, so the index
+ * stays dense however sparse the live ids are; the generation, one more at
+ * each reuse, keeps an id from naming a later registration in its slot
+ * until that slot has been reused 2^31 times. A fresh context hands out
+ * 1, 2, 3...
  */
-#define MRN_ID_MAX	(BIT_ULL(63) - 1)
+#define MRN_SLOT_MAX	U32_MAX
+#define MRN_GEN_MAX	(BIT(31) - 1)
 /* Kernel memory of one registration, for the default per-user cap. */
 #define MRN_REG_COST	128
 
@@ -86,28 +103,49 @@
  */
 #define MRN_GFP_USER	(GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL)
 
-/* xarray marks (the index does not allocate ids, so all three are free). */
+/* xarray marks (the index allocates no ids, so all three are free). */
 #define MRN_MARK_DIRTY	XA_MARK_1	/* invalidated, not yet drained */
 #define MRN_MARK_BATCH	XA_MARK_2	/* copied out by the DRAIN in progress */
 
 /*
- * One registration, 112 bytes: the 88-byte interval notifier, its context,
- * the cookie, and the id sharing a word with the dirty bit. The address
- * range lives in the notifier's interval tree node, and the dirty list is a
- * mark in the id index, so no list pointers are needed; with the index slot
- * and memcg accounting the kernel spends about 128 bytes per registration.
+ * Invalidations of one address space that REGISTER can tell apart while
+ * they run; more at once are counted, and then REGISTER treats every range
+ * as overlapped (see mrn_inflight_overlaps()).
+ */
+#define MRN_INFLIGHT_SLOTS	8
+
+/*
+ * One per address space with an open context: the mmu_notifier every
+ * context of that mm shares, and the registrations it watches.
+ */
+struct mrn_mm {
+	struct mmu_notifier mn;
+	spinlock_t lock;		/* everything below, and reg->dirty */
+	/* Every context's clean registrations; a mark takes one out. */
+	struct rb_root_cached clean;
+	/*
+	 * The invalidating changes between their start and their end, by
+	 * the range the core mm passes to both (it lives on the caller's
+	 * stack meanwhile); the ones beyond the table are only counted.
+	 */
+	const struct mmu_notifier_range *inflight[MRN_INFLIGHT_SLOTS];
+	unsigned int inflight_untracked;
+};
+
+/*
+ * One registration, 80 bytes: its range as a node of the mm's tree, its
+ * context, the cookie, the id and the dirty bit. The dirty list is a mark
+ * in the context's index, so no list pointers are needed; with the index
+ * slot and memcg accounting the kernel spends about 96 bytes per
+ * registration.
  */
 struct mrn_reg {
-	struct mmu_interval_notifier notifier;
+	struct interval_tree_node node;	/* [start, last], in mrn_mm.clean while clean */
 	struct mrn_ctx *ctx;
 	u64 cookie;
-	/*
-	 * One word, and no lockless access to either half: both are written
-	 * before the registration is in the index (REGISTER) or under the
-	 * xa_lock, and read only under it (the callback, mrn_unlink()).
-	 */
-	u64 id : 63;	/* written before the notifier exists, then constant */
-	u64 dirty : 1;	/* xa_lock: invalidated, not yet drained/unregistered */
+	u64 id;		/* constant once the registration is in the index */
+	/* Written under mrn_mm->lock and the xa_lock, read under either. */
+	bool dirty;
 };
 
 /*
@@ -125,17 +163,20 @@ struct mrn_user {
 
 struct mrn_ctx {
 	struct mm_struct *mm;		/* mmgrab()ed: mm_count, not mm_users */
+	struct mrn_mm *mn;		/* mm's shared notifier, one reference */
 	struct page *status_page;
 	struct mrn_status *status;	/* page_address(status_page) */
 	struct mrn_user *user;		/* charged for every registration */
 	struct mutex mutex;		/* see the comment at the top */
 	struct mutex drain_mutex;	/* ditto */
 	/*
-	 * id -> registration. Its xa_lock also guards what the notifier
-	 * touches: marks, reg->dirty, generation and nr_dirty.
+	 * slot -> registration, or, for a free slot, a value entry holding
+	 * the generation of its last registration and the next free slot.
+	 * Its xa_lock also guards the marks, generation and nr_dirty.
 	 */
 	struct xarray regs;
-	atomic64_t last_id;		/* the last id handed out */
+	u32 free_slot;			/* mutex and xa_lock: 0 for none */
+	u32 top_slot;			/* mutex: the highest slot in use yet */
 	u32 max_regs;			/* max_registrations at open time */
 	u64 nr_regs;			/* xa_lock and mutex */
 	u64 nr_dirty;
@@ -147,7 +188,8 @@ struct mrn_ctx {
 /*
  * Module-wide counters, per CPU, shown one value per file in debugfs
  * (/sys/kernel/debug/mrnotify/): kernel internals, not ABI. The first ones
- * count notifier callbacks by the kernel's reason.
+ * count, by the kernel's reason, the registrations an invalidating change
+ * marked, and the ignored changes that met at least one registration.
  */
 enum mrn_counter {
 	MRN_CNT_UNMAP,			/* munmap, mremap, exit's unmap */
@@ -160,8 +202,8 @@ enum mrn_counter {
 	MRN_CNT_EXCLUSIVE,		/* device exclusive access */
 	MRN_CNT_OTHER,			/* reasons this module does not know */
 	MRN_CNT_INVALIDATED,		/* registrations that became dirty */
-	MRN_CNT_ALREADY_DIRTY,		/* invalidating callbacks on a dirty one */
-	MRN_CNT_IGNORED,		/* callbacks ignored (protection changes) */
+	MRN_CNT_REGISTERED_DIRTY,	/* dirty at REGISTER: a change was running */
+	MRN_CNT_IGNORED,		/* protection changes (as above) */
 	MRN_CNT_DRAINED,		/* entries reported by DRAIN */
 	MRN_CNT_UNREGISTERED_DIRTY,	/* UNREGISTERs that returned WAS_DIRTY */
 	MRN_CNT_USER_LIMIT,		/* REGISTER or open refused by a user cap */
@@ -179,7 +221,7 @@ static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
 	[MRN_CNT_EXCLUSIVE] = "callbacks_exclusive",
 	[MRN_CNT_OTHER] = "callbacks_other",
 	[MRN_CNT_INVALIDATED] = "invalidated",
-	[MRN_CNT_ALREADY_DIRTY] = "already_dirty",
+	[MRN_CNT_REGISTERED_DIRTY] = "registered_dirty",
 	[MRN_CNT_IGNORED] = "ignored",
 	[MRN_CNT_DRAINED] = "drained",
 	[MRN_CNT_UNREGISTERED_DIRTY] = "unregistered_dirty",
@@ -344,70 +386,245 @@ static enum mrn_counter mrn_event_slot(enum mmu_notifier_event event,
 	return MRN_CNT_OTHER;
 }
 
-/**
- * mrn_invalidate - the notifier callback
- * @mni: the registration's interval notifier
- * @range: what changes, and why
- * @cur_seq: the sequence number to publish for mmu_interval_read_retry()
- *
- * It runs in the context of whoever changes the mapping (the process
- * itself, reclaim, the OOM reaper in non-blocking mode), so it only takes
- * the xarray spinlock, never sleeps and never fails. An event that can
- * replace pages marks the registration dirty (once) and bumps the
- * generation, which is published after the mark.
- *
- * Return: always true (the invalidation is never refused).
- */
-static bool mrn_invalidate(struct mmu_interval_notifier *mni,
-			   const struct mmu_notifier_range *range,
-			   unsigned long cur_seq)
+/* Mark @reg dirty and publish it; mrn_mm->lock held, @reg in no tree. */
+static void mrn_mark_dirty(struct mrn_reg *reg)
 {
-	struct mrn_reg *reg = container_of(mni, struct mrn_reg, notifier);
 	struct mrn_ctx *ctx = reg->ctx;
-	enum mrn_counter slot, outcome;
-	bool invalidates;
-
-	slot = mrn_event_slot(range->event, &invalidates);
 
 	xa_lock(&ctx->regs);
 #ifdef MRN_NEGATIVE_CONTROL_MIGHT_SLEEP
 	/*
 	 * Only in the debug-kernel lane's negative control build: a sleep
-	 * under the spinlock, which that kernel must report and Debian's
+	 * under the spinlocks, which that kernel must report and Debian's
 	 * cannot.
 	 */
 	might_sleep();
 #endif
-	/* Keeps mmu_interval_read_begin() on this notifier well defined. */
-	mmu_interval_set_seq(mni, cur_seq);
-	if (!invalidates) {
-		outcome = MRN_CNT_IGNORED;
-	} else if (reg->dirty) {
-		outcome = MRN_CNT_ALREADY_DIRTY;
-	} else {
-		/* Setting a mark never allocates: the entry exists. */
-		reg->dirty = 1;
-		__xa_set_mark(&ctx->regs, reg->id, MRN_MARK_DIRTY);
-		ctx->nr_dirty++;
-		ctx->generation++;
-		/* Publish after the mark: whoever sees it and drains finds it. */
-		smp_store_release(&ctx->status->generation, ctx->generation);
-		outcome = MRN_CNT_INVALIDATED;
-	}
+	reg->dirty = true;
+	/* Setting a mark never allocates: the entry exists. */
+	__xa_set_mark(&ctx->regs, (u32)reg->id, MRN_MARK_DIRTY);
+	ctx->nr_dirty++;
+	ctx->generation++;
+	/* Publish after the mark: whoever sees it and drains finds it. */
+	smp_store_release(&ctx->status->generation, ctx->generation);
 	xa_unlock(&ctx->regs);
-
-	mrn_count(slot);
-	mrn_count(outcome);
-	if (outcome == MRN_CNT_INVALIDATED) {
-		/* Takes only the wait queue's spinlock: fine here. */
+	/* Takes only the wait queue's spinlock, and only with a waiter. */
+	if (wq_has_sleeper(&ctx->waiters))
 		wake_up_interruptible_poll(&ctx->waiters, EPOLLIN | EPOLLRDNORM);
-	}
-	return true;
 }
 
-static const struct mmu_interval_notifier_ops mrn_notifier_ops = {
-	.invalidate = mrn_invalidate,
+/*
+ * Mark every clean registration over [start, last] and take it out of the
+ * tree; mrn_mm->lock held. When @may_sleep, the lock is given up now and
+ * then: a registration inserted meanwhile sees the change in flight (or
+ * the caller is the mm's release, after which nothing registers).
+ */
+static u64 mrn_mark_range(struct mrn_mm *m, unsigned long start,
+			  unsigned long last, bool may_sleep)
+{
+	struct interval_tree_node *node;
+	u64 n = 0;
+
+	while ((node = interval_tree_iter_first(&m->clean, start, last))) {
+		interval_tree_remove(node, &m->clean);
+		mrn_mark_dirty(container_of(node, struct mrn_reg, node));
+		n++;
+		if (may_sleep)
+			cond_resched_lock(&m->lock);
+	}
+	return n;
+}
+
+/* Note an invalidating change from its start to its end; lock held. */
+static void mrn_inflight_begin(struct mrn_mm *m,
+			       const struct mmu_notifier_range *range)
+{
+	unsigned int i;
+
+	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
+		if (!m->inflight[i]) {
+			m->inflight[i] = range;
+			return;
+		}
+	}
+	m->inflight_untracked++;
+}
+
+static void mrn_inflight_end(struct mrn_mm *m,
+			     const struct mmu_notifier_range *range)
+{
+	unsigned int i;
+
+	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
+		if (m->inflight[i] == range) {
+			m->inflight[i] = NULL;
+			return;
+		}
+	}
+	/*
+	 * Counted at its start. (An end without a start cannot happen: the
+	 * notifier was registered under mm_take_all_locks(), with no change
+	 * in flight.)
+	 */
+	if (!WARN_ON_ONCE(!m->inflight_untracked))
+		m->inflight_untracked--;
+}
+
+/*
+ * Whether a change in flight may still replace pages in [start, last]:
+ * its start has passed, so it marked only the registrations in the tree
+ * then, and its pages may not have changed yet. Lock held.
+ */
+static bool mrn_inflight_overlaps(struct mrn_mm *m, unsigned long start,
+				  unsigned long last)
+{
+	const struct mmu_notifier_range *r;
+	unsigned int i;
+
+	if (m->inflight_untracked)
+		return true;
+	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
+		r = m->inflight[i];
+		if (r && r->start <= last && start < r->end)
+			return true;
+	}
+	return false;
+}
+
+/**
+ * mrn_invalidate_range_start - a change of the address space begins
+ * @mn: the mm's shared notifier
+ * @range: what changes, and why
+ *
+ * It runs in the context of whoever changes the mapping (the process
+ * itself, another process truncating a shared file, reclaim, the OOM
+ * reaper in non-blocking mode): it takes only spinlocks, sleeps only where
+ * the range allows it, never allocates and never fails. An event that can
+ * replace pages marks the clean registrations it overlaps, and is noted as
+ * in flight until its end.
+ *
+ * Return: 0 (the change is never refused).
+ */
+static int mrn_invalidate_range_start(struct mmu_notifier *mn,
+				      const struct mmu_notifier_range *range)
+{
+	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	enum mrn_counter slot;
+	bool invalidates, met;
+	u64 n;
+
+	slot = mrn_event_slot(range->event, &invalidates);
+	spin_lock(&m->lock);
+	if (!invalidates) {
+		/* O(log n), for the counters only: nothing is marked. */
+		met = interval_tree_iter_first(&m->clean, range->start,
+					       range->end - 1);
+		spin_unlock(&m->lock);
+		if (met) {
+			mrn_count(slot);
+			mrn_count(MRN_CNT_IGNORED);
+		}
+		return 0;
+	}
+	mrn_inflight_begin(m, range);
+	n = mrn_mark_range(m, range->start, range->end - 1,
+			   mmu_notifier_range_blockable(range));
+	spin_unlock(&m->lock);
+	mrn_count_add(slot, n);
+	mrn_count_add(MRN_CNT_INVALIDATED, n);
+	return 0;
+}
+
+static void mrn_invalidate_range_end(struct mmu_notifier *mn,
+				     const struct mmu_notifier_range *range)
+{
+	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	bool invalidates;
+
+	mrn_event_slot(range->event, &invalidates);
+	if (!invalidates)
+		return;
+	spin_lock(&m->lock);
+	mrn_inflight_end(m, range);
+	spin_unlock(&m->lock);
+}
+
+/*
+ * The address space is torn down (exit, exec): every registration is
+ * stale. Nothing can register afterwards, as no task uses this mm any more.
+ */
+static void mrn_mm_release(struct mmu_notifier *mn, struct mm_struct *mm)
+{
+	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	u64 n;
+
+	spin_lock(&m->lock);
+	n = mrn_mark_range(m, 0, ULONG_MAX, true);
+	spin_unlock(&m->lock);
+	mrn_count_add(MRN_CNT_RELEASE, n);
+	mrn_count_add(MRN_CNT_INVALIDATED, n);
+}
+
+/* Called by mmu_notifier_get() for the mm's first context. */
+static struct mmu_notifier *mrn_mm_alloc(struct mm_struct *mm)
+{
+	struct mrn_mm *m = kzalloc(sizeof(*m), MRN_GFP_USER);
+
+	if (!m)
+		return ERR_PTR(-ENOMEM);
+	spin_lock_init(&m->lock);
+	m->clean = RB_ROOT_CACHED;
+	return &m->mn;
+}
+
+/* After the last mmu_notifier_put() and an SRCU grace period. */
+static void mrn_mm_free(struct mmu_notifier *mn)
+{
+	kfree(container_of(mn, struct mrn_mm, mn));
+}
+
+static const struct mmu_notifier_ops mrn_mm_ops = {
+	.release = mrn_mm_release,
+	.invalidate_range_start = mrn_invalidate_range_start,
+	.invalidate_range_end = mrn_invalidate_range_end,
+	.alloc_notifier = mrn_mm_alloc,
+	.free_notifier = mrn_mm_free,
 };
+
+/*
+ * Start watching @reg; ctx->mutex held, @reg in the index. A change in
+ * flight over its range makes it dirty at once instead of waiting for that
+ * change to end: REGISTER never waits for the mm, and user space learns
+ * that pages it pins now may be replaced.
+ */
+static void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
+{
+	struct mrn_mm *m = ctx->mn;
+	bool raced;
+
+	spin_lock(&m->lock);
+	raced = mrn_inflight_overlaps(m, reg->node.start, reg->node.last);
+	if (raced)
+		mrn_mark_dirty(reg);
+	else
+		interval_tree_insert(&reg->node, &m->clean);
+	spin_unlock(&m->lock);
+	if (raced)
+		mrn_count(MRN_CNT_REGISTERED_DIRTY);
+}
+
+/*
+ * Stop watching @reg: once out of the tree, no notifier can reach it (they
+ * find registrations only there, under the lock). ctx->mutex held, or the
+ * context is being released.
+ */
+static void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
+{
+	spin_lock(&ctx->mn->lock);
+	if (!reg->dirty)
+		interval_tree_remove(&reg->node, &ctx->mn->clean);
+	spin_unlock(&ctx->mn->lock);
+}
 
 /* Free a registration that is in no index, and uncharge its user. */
 static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
@@ -417,23 +634,104 @@ static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
 	atomic_long_dec(&mrn_nr_regs);
 }
 
+static u64 mrn_make_id(u32 gen, u32 slot)
+{
+	return (u64)gen << 32 | slot;
+}
+
+/* A free slot's entry: its last generation and the next free slot. */
+static void *mrn_free_entry(u32 gen, u32 next)
+{
+	return xa_mk_value((unsigned long)gen << 32 | next);
+}
+
 /**
- * mrn_unlink - drop a registration from its context's id index
+ * mrn_slot_take - put a registration in the index under a fresh id
  * @ctx: the context; its mutex must be held
- * @reg: the registration, whose notifier is already removed (so no
- *       callback can mark it again)
+ * @reg: the registration; reg->id is set
  *
- * Erasing it from the xarray also clears its dirty mark.
+ * Return: 0, -ENOSPC when no slot is left, -ENOMEM.
+ */
+static int mrn_slot_take(struct mrn_ctx *ctx, struct mrn_reg *reg)
+{
+	unsigned long free;
+	u32 slot = ctx->free_slot;
+	int ret;
+
+	lockdep_assert_held(&ctx->mutex);
+	if (slot) {
+		/* A reused slot exists: storing into it never allocates. */
+		xa_lock(&ctx->regs);
+		free = xa_to_value(xa_load(&ctx->regs, slot));
+		ctx->free_slot = (u32)free;
+		reg->id = mrn_make_id(((free >> 32) + 1) & MRN_GEN_MAX, slot);
+		__xa_store(&ctx->regs, slot, reg, 0);
+		xa_unlock(&ctx->regs);
+		return 0;
+	}
+	if (ctx->top_slot == MRN_SLOT_MAX)
+		return -ENOSPC;
+	slot = ctx->top_slot + 1;
+	reg->id = mrn_make_id(0, slot);
+	ret = xa_insert(&ctx->regs, slot, reg, MRN_GFP_USER);
+	if (ret)
+		return ret == -EBUSY ? -EIO : ret;
+	ctx->top_slot = slot;
+	return 0;
+}
+
+/**
+ * mrn_lookup - the live registration an id names
+ * @ctx: the context; its mutex must be held
+ * @id: from user space
+ *
+ * Return: the registration; ERR_PTR(-ESTALE) for an id this context handed
+ * out that is gone; ERR_PTR(-EINVAL) for one it never handed out.
+ */
+static struct mrn_reg *mrn_lookup(struct mrn_ctx *ctx, u64 id)
+{
+	u32 slot = (u32)id, gen = id >> 32, last;
+	struct mrn_reg *reg;
+	void *entry;
+
+	lockdep_assert_held(&ctx->mutex);
+	if (!slot || slot > ctx->top_slot || gen > MRN_GEN_MAX)
+		return ERR_PTR(-EINVAL);
+	entry = xa_load(&ctx->regs, slot);
+	if (xa_is_value(entry)) {
+		last = xa_to_value(entry) >> 32;
+		return ERR_PTR(gen <= last ? -ESTALE : -EINVAL);
+	}
+	reg = entry;
+	last = reg->id >> 32;
+	if (gen == last)
+		return reg;
+	return ERR_PTR(gen < last ? -ESTALE : -EINVAL);
+}
+
+/**
+ * mrn_unlink - drop a registration from its context's index
+ * @ctx: the context; its mutex must be held
+ * @reg: the registration, already unwatched (no notifier can reach it)
+ *
+ * Its slot goes to the head of the free slots, with its generation; the
+ * slot's marks are cleared.
  *
  * Return: whether it was dirty (reported, or to be reported, by DRAIN).
  */
 static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
+	u32 slot = (u32)reg->id;
 	bool dirty;
 
 	lockdep_assert_held(&ctx->mutex);
 	xa_lock(&ctx->regs);
-	__xa_erase(&ctx->regs, reg->id);
+	__xa_clear_mark(&ctx->regs, slot, MRN_MARK_DIRTY);
+	__xa_clear_mark(&ctx->regs, slot, MRN_MARK_BATCH);
+	/* Replacing an entry never allocates. */
+	__xa_store(&ctx->regs, slot,
+		   mrn_free_entry(reg->id >> 32, ctx->free_slot), 0);
+	ctx->free_slot = slot;
 	dirty = reg->dirty;
 	if (dirty)
 		ctx->nr_dirty--;
@@ -454,10 +752,12 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
  * for every registration, whoever holds the file afterwards.
  *
  * Return: 0, -EINVAL for a caller without an mm (a kernel thread), -EMFILE
- * when the user holds max_user_contexts contexts, -ENOMEM.
+ * when the user holds max_user_contexts contexts, -ENOMEM, -EINTR (a fatal
+ * signal while the mm's notifier was registered).
  */
 static int mrn_open(struct inode *inode, struct file *file)
 {
+	struct mmu_notifier *mn;
 	struct mrn_ctx *ctx;
 	int ret = -ENOMEM;
 
@@ -481,12 +781,22 @@ static int mrn_open(struct inode *inode, struct file *file)
 		goto out_uncharge;
 	ctx->status = page_address(ctx->status_page);
 	ctx->status->abi_version = MRN_ABI_VERSION;
+	/*
+	 * The mm's notifier, shared with its other contexts. The first one
+	 * is registered under mm_take_all_locks(), so no change is in flight
+	 * then: every change after it is seen from its start to its end.
+	 */
+	mn = mmu_notifier_get(&mrn_mm_ops, current->mm);
+	if (IS_ERR(mn)) {
+		ret = PTR_ERR(mn);
+		goto out_free_page;
+	}
+	ctx->mn = container_of(mn, struct mrn_mm, mn);
 
 	mutex_init(&ctx->mutex);
 	mutex_init(&ctx->drain_mutex);
 	init_waitqueue_head(&ctx->waiters);
 	xa_init_flags(&ctx->regs, XA_FLAGS_ACCOUNT);
-	atomic64_set(&ctx->last_id, 0);
 	ctx->max_regs = READ_ONCE(mrn_max_registrations);
 
 	/*
@@ -500,6 +810,8 @@ static int mrn_open(struct inode *inode, struct file *file)
 	atomic_long_inc(&mrn_nr_contexts);
 	return stream_open(inode, file);
 
+out_free_page:
+	__free_page(ctx->status_page);
 out_uncharge:
 	atomic_long_dec(&ctx->user->contexts);
 out_put:
@@ -516,27 +828,33 @@ out_free:
  *
  * This may run in any process (a child that inherited the fd, a receiver
  * of SCM_RIGHTS, or the owner during exit), so it works on ctx->mm only and
- * never on current->mm. Every notifier is removed before anything is freed.
+ * never on current->mm. Every registration leaves the mm's tree before
+ * anything is freed.
  *
  * Return: 0.
  */
 static int mrn_release(struct inode *inode, struct file *file)
 {
 	struct mrn_ctx *ctx = file->private_data;
-	struct mrn_reg *reg;
-	unsigned long id;
+	unsigned long slot;
+	void *entry;
 
 	/*
-	 * Removing a notifier waits for its running callbacks; afterwards
-	 * nothing refers to the registration. The interval tree stays valid
-	 * while we hold mm_count, even after the mm's exit_mmap().
+	 * Out of the tree, a registration is out of every notifier's reach;
+	 * the mm's notifier outlives its last context by an SRCU grace
+	 * period (mmu_notifier_put), so a change still running in it finds
+	 * none of ours. Both stay valid while we hold mm_count, even after
+	 * the mm's exit_mmap().
 	 */
-	xa_for_each(&ctx->regs, id, reg) {
-		mmu_interval_notifier_remove(&reg->notifier);
-		mrn_free_reg(ctx, reg);
+	xa_for_each(&ctx->regs, slot, entry) {
+		if (xa_is_value(entry))
+			continue;
+		mrn_unwatch(ctx, entry);
+		mrn_free_reg(ctx, entry);
 		cond_resched();
 	}
 	xa_destroy(&ctx->regs);
+	mmu_notifier_put(&ctx->mn->mn);
 
 	mmdrop(ctx->mm);
 	__free_page(ctx->status_page);
@@ -623,16 +941,20 @@ static int mrn_get_arg(void *karg, size_t ksize, const void __user *uarg,
 	return 0;
 }
 
+static int mrn_unregister_id(struct mrn_ctx *ctx, u64 id);
+
 /**
  * mrn_ioctl_register - watch a range of the owner's address space
  * @ctx: the context (its owner is current)
  * @uarg: struct mrn_register; id is written back
  * @usize: the size of the argument
  *
- * Waits for invalidations already running over the range before it
- * returns, so that pages pinned afterwards are the ones mapped from then on.
- * The id is written before the context's mutex is taken (no user access
- * under it); a failed call leaves that id unused for ever.
+ * Never waits for the address space: a change in flight over the range
+ * makes the registration dirty at once (see mrn_watch()), so that pages
+ * pinned after REGISTER returns are either the ones mapped from then on or
+ * reported by DRAIN. The id is written back after the context's mutex is
+ * dropped (no user access under it); if that faults, the registration is
+ * undone.
  *
  * Return: 0; -EINVAL (bad size, flags or a zero length); -EOVERFLOW;
  * -EFAULT (a range beyond the user address space, or @uarg); -ENOSPC (the
@@ -670,27 +992,12 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 		return -ENOMEM;
 	}
 	atomic_long_inc(&mrn_nr_regs);
+	RB_CLEAR_NODE(&reg->node.rb);
+	reg->node.start = arg.addr;
+	reg->node.last = end - 1;
 	reg->ctx = ctx;
 	reg->cookie = arg.cookie;
-	reg->dirty = 0;
-
-	id = atomic64_inc_return(&ctx->last_id);
-	if (id > MRN_ID_MAX) {
-		/* Unreachable in practice; never hand out an id twice. */
-		atomic64_set(&ctx->last_id, MRN_ID_MAX);
-		ret = -ENOSPC;
-		goto out_free;
-	}
-	reg->id = id;
-	/*
-	 * Hand out the id before the notifier exists: afterwards the only
-	 * possible failure would be EFAULT after the registration took
-	 * effect.
-	 */
-	if (put_user(id, &uarg->id)) {
-		ret = -EFAULT;
-		goto out_free;
-	}
+	reg->dirty = false;
 
 	ret = mutex_lock_killable(&ctx->mutex);
 	if (ret)
@@ -699,31 +1006,23 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 		ret = -ENOSPC;
 		goto out_unlock;
 	}
-	ret = xa_insert(&ctx->regs, id, reg, MRN_GFP_USER);
+	ret = mrn_slot_take(ctx, reg);
 	if (ret)
 		goto out_unlock;
-	ret = mmu_interval_notifier_insert(&reg->notifier, ctx->mm, arg.addr,
-					   arg.length, &mrn_notifier_ops);
-	if (ret)
-		goto out_erase;
 	xa_lock(&ctx->regs);
 	ctx->nr_regs++;
 	xa_unlock(&ctx->regs);
-
-	/*
-	 * An invalidation already running when the notifier went in did not
-	 * call us, and its pages may not be gone yet. Wait for it to finish:
-	 * a page user space pins after REGISTER returns is then the page that
-	 * is mapped from now on, and any later change calls mrn_invalidate().
-	 * This closes the register/unmap/pin race. Under the mutex so that
-	 * UNREGISTER of the new id cannot free the registration meanwhile.
-	 */
-	mmu_interval_read_begin(&reg->notifier);
+	mrn_watch(ctx, reg);
+	id = reg->id;
 	mutex_unlock(&ctx->mutex);
+
+	if (put_user(id, &uarg->id)) {
+		/* Nobody learnt the id; unless a guess freed it, undo. */
+		mrn_unregister_id(ctx, id);
+		return -EFAULT;
+	}
 	return 0;
 
-out_erase:
-	xa_erase(&ctx->regs, id);
 out_unlock:
 	mutex_unlock(&ctx->mutex);
 out_free:
@@ -743,54 +1042,33 @@ static int mrn_wait_for_drain(struct mrn_ctx *ctx)
 	return 0;
 }
 
-/**
- * mrn_ioctl_unregister - stop watching a registration
- * @ctx: the context
- * @uarg: struct mrn_unregister
- * @usize: the size of the argument
- *
- * A registration that a concurrent DRAIN is copying out is that DRAIN's:
- * wait until it has been reported (then it is stale) or given back (then
- * it is dirty here).
- *
- * Return: 0; MRN_UNREGISTER_WAS_DIRTY when it had been invalidated and not
- * yet drained (it will not be reported by DRAIN); -ESTALE for an id this
- * context handed out that is gone (unregistered, drained, or from a failed
- * REGISTER); -EINVAL for id 0, an id never handed out, a bad size or flags;
- * -EINTR.
+/*
+ * UNREGISTER's work: 0, MRN_UNREGISTER_WAS_DIRTY, -ESTALE, -EINVAL or
+ * -EINTR (see mrn_ioctl_unregister()).
  */
-static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
-				 struct mrn_unregister __user *uarg, u32 usize)
+static int mrn_unregister_id(struct mrn_ctx *ctx, u64 id)
 {
-	struct mrn_unregister arg;
 	struct mrn_reg *reg;
 	bool dirty;
 	int ret;
-
-	ret = mrn_get_arg(&arg, sizeof(arg), uarg, usize);
-	if (ret)
-		return ret;
-	if (!arg.id || arg.id > (u64)atomic64_read(&ctx->last_id))
-		return -EINVAL;
 
 	for (;;) {
 		ret = mutex_lock_killable(&ctx->mutex);
 		if (ret)
 			return ret;
-		reg = xa_load(&ctx->regs, arg.id);
-		if (!reg) {
+		reg = mrn_lookup(ctx, id);
+		if (IS_ERR(reg)) {
 			mutex_unlock(&ctx->mutex);
-			return -ESTALE;
+			return PTR_ERR(reg);
 		}
-		if (!xa_get_mark(&ctx->regs, arg.id, MRN_MARK_BATCH))
+		if (!xa_get_mark(&ctx->regs, (u32)id, MRN_MARK_BATCH))
 			break;
 		mutex_unlock(&ctx->mutex);
 		ret = mrn_wait_for_drain(ctx);
 		if (ret)
 			return ret;
 	}
-	/* Notifier first: it waits for callbacks that are still running. */
-	mmu_interval_notifier_remove(&reg->notifier);
+	mrn_unwatch(ctx, reg);
 	dirty = mrn_unlink(ctx, reg);
 	mutex_unlock(&ctx->mutex);
 	mrn_free_reg(ctx, reg);
@@ -801,6 +1079,33 @@ static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
 	 * positive return tells user space it had been invalidated.
 	 */
 	return dirty ? MRN_UNREGISTER_WAS_DIRTY : 0;
+}
+
+/**
+ * mrn_ioctl_unregister - stop watching a registration
+ * @ctx: the context
+ * @uarg: struct mrn_unregister
+ * @usize: the size of the argument
+ *
+ * A registration that a concurrent DRAIN is copying out is that DRAIN's:
+ * wait until it has been reported (then it is stale) or given back (then
+ * it is dirty here). Nothing here waits for the address space.
+ *
+ * Return: 0; MRN_UNREGISTER_WAS_DIRTY when it had been invalidated and not
+ * yet drained (it will not be reported by DRAIN); -ESTALE for an id this
+ * context handed out that is gone (unregistered or drained); -EINVAL for
+ * id 0, an id never handed out, a bad size or flags; -EINTR.
+ */
+static long mrn_ioctl_unregister(struct mrn_ctx *ctx,
+				 struct mrn_unregister __user *uarg, u32 usize)
+{
+	struct mrn_unregister arg;
+	int ret;
+
+	ret = mrn_get_arg(&arg, sizeof(arg), uarg, usize);
+	if (ret)
+		return ret;
+	return mrn_unregister_id(ctx, arg.id);
 }
 
 /**
@@ -844,10 +1149,9 @@ static int mrn_drain_take(struct mrn_ctx *ctx, struct mrn_dirty_entry *ents,
 			break;
 		}
 		ents[n].cookie = reg->cookie;
-		ents[n].id = index;
-		ents[n].addr = reg->notifier.interval_tree.start;
-		ents[n].length = reg->notifier.interval_tree.last -
-				 reg->notifier.interval_tree.start + 1;
+		ents[n].id = reg->id;
+		ents[n].addr = reg->node.start;
+		ents[n].length = reg->node.last - reg->node.start + 1;
 		xa_set_mark(&ctx->regs, index, MRN_MARK_BATCH);
 		n++;
 	}
@@ -874,8 +1178,7 @@ static void mrn_drain_finish(struct mrn_ctx *ctx, bool commit)
 			xa_clear_mark(&ctx->regs, index, MRN_MARK_BATCH);
 			continue;
 		}
-		/* Erasing the entry clears its marks. */
-		mmu_interval_notifier_remove(&reg->notifier);
+		/* Dirty, so out of the tree already; the slot loses its marks. */
 		mrn_unlink(ctx, reg);
 		mrn_free_reg(ctx, reg);
 		n++;
@@ -909,7 +1212,7 @@ static int mrn_drain_copy_out(char __user *dst, u32 entry_size,
  * @uarg: struct mrn_drain; count, out_flags and generation are written back
  * @usize: the size of the argument
  *
- * Takes up to min(capacity, MRN_DRAIN_MAX_BATCH) entries in id order into a
+ * Takes up to min(capacity, MRN_DRAIN_MAX_BATCH) entries in slot order into a
  * kernel buffer under the mutex, copies them out without it (a fault on a
  * userfaultfd-registered buffer stalls only this DRAIN and UNREGISTERs of
  * the same registrations), then releases them; an EFAULT on the way
@@ -1211,7 +1514,7 @@ static int __init mrn_init(void)
 	MRN_CHECK_HEADER(struct mrn_drain);
 	MRN_CHECK_HEADER(struct mrn_query);
 #undef MRN_CHECK_HEADER
-	BUILD_BUG_ON(sizeof(struct mrn_reg) > 112);
+	BUILD_BUG_ON(sizeof(struct mrn_reg) > 80);
 
 	/* Like inotify's max_user_watches: 1% of RAM, here at least 2^20. */
 	if (!mrn_max_user_registrations) {
@@ -1243,6 +1546,8 @@ static void __exit mrn_exit(void)
 {
 	/* fops.owner pins the module while any context exists. */
 	misc_deregister(&mrn_misc);
+	/* The last contexts' notifiers may still wait for mrn_mm_free(). */
+	mmu_notifier_synchronize();
 	debugfs_remove_recursive(mrn_debugfs);
 	kmem_cache_destroy(mrn_reg_cache);
 }

@@ -4,11 +4,13 @@
 #include <poll.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mrn_test_util.h"
 
@@ -485,6 +487,9 @@ TEST(Malformed, UnregisterTable)
 	EXPECT_EQ(ENOTTY, errno);
 }
 
+// An id is a slot (low 32 bits) and the slot's generation: a freed slot is
+// reused with the next generation, so the index stays dense and no id names
+// two registrations.
 TEST(Register, IdsAreNeverReused)
 {
 	Ctx c;
@@ -494,16 +499,45 @@ TEST(Register, IdsAreNeverReused)
 	int64_t last = 0;
 	for (int i = 0; i < 1000; i++) {
 		int64_t id = c.reg(m.get(), m.size());
-		ASSERT_GT(id, last); // increasing, so never one handed out before
+		ASSERT_GT(id, last); // one slot, its generation growing
+		ASSERT_EQ(1, id & 0xffffffff) << "the freed slot is reused";
 		ASSERT_TRUE(seen.insert(id).second);
 		last = id;
 		ASSERT_EQ(0, c.unreg(id));
 		ASSERT_EQ(-ESTALE, c.unreg(id));
 	}
-	// A REGISTER refused before it chooses an id burns none.
-	EXPECT_EQ(-EINVAL, c.reg(m.get(), 0)); // refused before an id is chosen
+	// A REGISTER refused before it takes a slot burns no generation.
+	EXPECT_EQ(-EINVAL, c.reg(m.get(), 0));
 	int64_t next = c.reg(m.get(), m.size());
-	EXPECT_EQ(last + 1, next);
+	EXPECT_EQ(last + (1LL << 32), next);
+	// Every older generation of the slot is stale; a newer one was never
+	// handed out.
+	EXPECT_EQ(-ESTALE, c.unreg(last));
+	EXPECT_EQ(-EINVAL, c.unreg(next + (1LL << 32)));
+	EXPECT_EQ(0, c.unreg(next));
+}
+
+// Sparse live ids cost no index space: register 64, keep one, repeat.
+// Before slots were reused, each round's survivor held a whole xarray node.
+TEST(Register, SparseLiveIdsKeepTheIndexDense)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	int64_t top = 0;
+	for (int round = 0; round < 200; round++) {
+		std::vector<int64_t> ids;
+		for (int i = 0; i < 64; i++) {
+			ids.push_back(c.reg(m.get(), m.size()));
+			ASSERT_GT(ids.back(), 0);
+			top = std::max(top, ids.back() & 0xffffffff);
+		}
+		for (int i = 1; i < 64; i++)
+			ASSERT_EQ(0, c.unreg(ids[i]));
+	}
+	EXPECT_EQ(200u, c.query().registrations);
+	// 200 live, at most 200 + 63 slots ever used.
+	EXPECT_LE(top, 263);
 }
 
 TEST(Malformed, DrainTable)

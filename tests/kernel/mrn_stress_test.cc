@@ -187,9 +187,9 @@ TEST(Concurrency, UnmappersAndADrainerNothingLostNothingTwice)
 	EXPECT_EQ(0u, q.dirty);
 	printf("concurrency: %zu registrations, %zu drained in %ld DRAIN calls, %zu left by "
 	       "UNREGISTER(WAS_DIRTY), "
-	       "%zu clean unregistrations, %lld already-dirty callbacks\n",
+	       "%zu clean unregistrations, %lld registered dirty (a change was running)\n",
 	       cookie_of.size(), drained.size(), drain_calls, dirty_unreg.size(),
-	       clean_unreg.size(), stats["already_dirty"]);
+	       clean_unreg.size(), stats["registered_dirty"]);
 }
 
 TEST(Scale, MillionRegistrationsInOneContext)

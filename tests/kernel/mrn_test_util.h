@@ -252,7 +252,7 @@ inline std::map<std::string, long long> global_stats()
 					    "callbacks_exclusive",
 					    "callbacks_other",
 					    "invalidated",
-					    "already_dirty",
+					    "registered_dirty",
 					    "ignored",
 					    "drained",
 					    "unregistered_dirty",
