@@ -31,7 +31,7 @@
 
 #define MRN_DEVICE_PATH		"/dev/mrnotify"
 /*
- * 2: the final form of the first ABI (ioctl magic 0xB9, 63-bit ids never
+ * 2: the final form of the first ABI (ioctl magic 0xB9, ids never
  * reused, per-user limits, counters in debugfs). 1 was the development ABI
  * (magic 0xB7); the *_SIZE_VER1 sizes name the first layout of each struct.
  *
@@ -70,8 +70,9 @@ struct mrn_status {
  * @addr: in: start of the range (any alignment: byte granular)
  * @length: in: bytes, > 0
  * @cookie: in: returned by DRAIN, never interpreted
- * @id: out: the handle for UNREGISTER, valid when REGISTER returns 0: 1, 2,
- *	3... in the order REGISTER calls began, never reused by the context
+ * @id: out: the handle for UNREGISTER, valid when REGISTER returns 0;
+ *	opaque: a slot (reused) and its generation, so that no id names two
+ *	registrations of the context (until a slot is reused 2^31 times)
  */
 struct mrn_register {
 	__u32 size;
@@ -128,7 +129,7 @@ struct mrn_dirty_entry {
  * @generation: out: the generation when the batch was taken
  *
  * Takes up to @capacity (at most MRN_DRAIN_MAX_BATCH) dirty registrations,
- * in increasing id order. Each drained registration is released by the
+ * in slot order. Each drained registration is released by the
  * kernel: its id is stale and it is reported exactly once. On EFAULT
  * nothing is taken.
  */
