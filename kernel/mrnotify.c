@@ -45,6 +45,7 @@
 #include <linux/cred.h>
 #include <linux/debugfs.h>
 #include <linux/device.h>
+#include <linux/errno.h>
 #include <linux/fs.h>
 #include <linux/hashtable.h>
 #include <linux/interval_tree.h>
@@ -339,20 +340,20 @@ static bool mrn_charge(atomic_long_t *counter, unsigned int limit)
 }
 
 /**
- * mrn_event_slot - classify a notifier event
- * @event: the kernel's reason for the invalidation
- * @invalidates: set to whether the event can replace pages
+ * mrn_event_slot - classify a change
+ * @range: the change; its event is the kernel's reason
+ * @invalidates: set to whether the change can replace pages
  *
  * The mapping is explicit so that the ABI does not depend on the order of
  * enum mmu_notifier_event.
  *
  * Return: the event's counter (enum mrn_counter).
  */
-static enum mrn_counter mrn_event_slot(enum mmu_notifier_event event,
+static enum mrn_counter mrn_event_slot(const struct mmu_notifier_range *range,
 				       bool *invalidates)
 {
 	*invalidates = true;
-	switch (event) {
+	switch (range->event) {
 	case MMU_NOTIFY_UNMAP:
 		return MRN_CNT_UNMAP;
 	case MMU_NOTIFY_CLEAR:
@@ -370,10 +371,11 @@ static enum mrn_counter mrn_event_slot(enum mmu_notifier_event event,
 	 * hinting (PROTECTION_VMA), fork's write-protect of the parent and
 	 * page cleaning (PROTECTION_PAGE), clear_refs (SOFT_DIRTY). A page
 	 * replacement that follows them (a COW break, a NUMA migration) is
-	 * announced as its own CLEAR event.
+	 * announced as its own CLEAR event, except a THP's NUMA migration
+	 * before 5.14 (see mrn_protection_may_migrate()).
 	 */
 	case MMU_NOTIFY_PROTECTION_VMA:
-		*invalidates = false;
+		*invalidates = mrn_protection_may_migrate(range);
 		return MRN_CNT_PROTECTION_VMA;
 	case MMU_NOTIFY_PROTECTION_PAGE:
 		*invalidates = false;
@@ -513,7 +515,7 @@ static int mrn_invalidate_range_start(struct mmu_notifier *mn,
 	bool invalidates, met;
 	u64 n;
 
-	slot = mrn_event_slot(range->event, &invalidates);
+	slot = mrn_event_slot(range, &invalidates);
 	spin_lock(&m->lock);
 	if (!invalidates) {
 		/* O(log n), for the counters only: nothing is marked. */
@@ -541,7 +543,7 @@ static void mrn_invalidate_range_end(struct mmu_notifier *mn,
 	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
 	bool invalidates;
 
-	mrn_event_slot(range->event, &invalidates);
+	mrn_event_slot(range, &invalidates);
 	if (!invalidates)
 		return;
 	spin_lock(&m->lock);
@@ -752,8 +754,8 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
  * for every registration, whoever holds the file afterwards.
  *
  * Return: 0, -EINVAL for a caller without an mm (a kernel thread), -EMFILE
- * when the user holds max_user_contexts contexts, -ENOMEM, -EINTR (a fatal
- * signal while the mm's notifier was registered).
+ * when the user holds max_user_contexts contexts, -ENOMEM. A signal while
+ * the mm's notifier is registered restarts the call.
  */
 static int mrn_open(struct inode *inode, struct file *file)
 {
@@ -789,6 +791,13 @@ static int mrn_open(struct inode *inode, struct file *file)
 	mn = mmu_notifier_get(&mrn_mm_ops, current->mm);
 	if (IS_ERR(mn)) {
 		ret = PTR_ERR(mn);
+		/*
+		 * mm_take_all_locks() gives up on any pending signal, also
+		 * io_uring's task work (TIF_NOTIFY_SIGNAL): once that is
+		 * handled, open again, unseen by the caller.
+		 */
+		if (ret == -EINTR)
+			ret = -ERESTARTNOINTR;
 		goto out_free_page;
 	}
 	ctx->mn = container_of(mn, struct mrn_mm, mn);

@@ -10,6 +10,8 @@
 #define MRNOTIFY_COMPAT_H
 
 #include <linux/mm.h>
+#include <linux/mmu_notifier.h>
+#include <linux/nodemask.h>
 #include <linux/stringify.h>
 #include <linux/version.h>
 
@@ -46,6 +48,28 @@
 	__stringify(MRN_NEWEST_TESTED_MAJOR) "." __stringify(MRN_NEWEST_TESTED_MINOR)
 #define MRN_BEYOND_TESTED \
 	MRN_LINUX_AT_LEAST(MRN_NEWEST_TESTED_MAJOR, MRN_NEWEST_TESTED_MINOR + 1)
+
+/*
+ * 4.20 to 5.13: NUMA balancing migrates a PMD-mapped anonymous THP in
+ * migrate_misplaced_transhuge_page() without any notifier; the last event
+ * the module sees is the PROTECTION_VMA of the hinting scan before it
+ * (change_huge_pmd()), which the range does not tell from mprotect's. 5.14
+ * ("mm: thp: refactor NUMA fault handling", c5b5a3dd2c1f) moved it to the
+ * generic migration, which sends CLEAR. Until then, such an event can
+ * replace pages wherever NUMA balancing can run: an anonymous mapping on a
+ * machine of more than one node. (Pinned pages cannot migrate; an unpinned
+ * registration would have lost the event.)
+ */
+static inline bool
+mrn_protection_may_migrate(const struct mmu_notifier_range *range)
+{
+#if !MRN_LINUX_AT_LEAST(5, 14) && IS_ENABLED(CONFIG_NUMA_BALANCING)
+	return num_online_nodes() > 1 && range->vma &&
+	       vma_is_anonymous(range->vma);
+#else
+	return false;
+#endif
+}
 
 /* 5.14 added MMU_NOTIFY_EXCLUSIVE (make_device_exclusive_range). */
 #define MRN_HAVE_NOTIFY_EXCLUSIVE	MRN_LINUX_AT_LEAST(5, 14)

@@ -10,11 +10,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -235,6 +237,20 @@ inline uint64_t task_size()
 		return (1ULL << 47) - ps;
 	munmap(p, ps);
 	return p == want ? (1ULL << 56) - ps : (1ULL << 47) - ps;
+}
+
+// Whether the module treats PROTECTION_VMA on anonymous memory as
+// invalidating: Linux before 5.14 with more than one NUMA node (see
+// mrn_protection_may_migrate() in kernel/mrnotify_compat.h).
+inline bool protection_may_migrate()
+{
+	struct utsname u;
+	int major = 0, minor = 0;
+	if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2)
+		return false;
+	if (major > 5 || (major == 5 && minor >= 14))
+		return false;
+	return access("/sys/devices/system/node/node1", F_OK) == 0;
 }
 
 // Module-wide counters, one value per file in /sys/kernel/debug/mrnotify/

@@ -330,6 +330,14 @@ TEST_F(Unmap, MprotectBothWaysIsIgnored)
 	}
 	std::printf("mprotect then write: %zu of 4 pages replaced by the kernel\n",
 		    replaced.size());
+	if (mrn::protection_may_migrate()) {
+		// Before 5.14, on more than one node, the module cannot tell
+		// mprotect from the NUMA hinting scan that precedes a THP
+		// migration it is never told of: all four are invalidated.
+		EXPECT_EQ(Ids(ids.begin(), ids.end()), c.drain_ids());
+		EXPECT_EQ(0, stats["ignored"]);
+		return;
+	}
 	EXPECT_EQ(replaced.size(), c.gen());
 	EXPECT_EQ(replaced, c.drain_ids());
 	// The mprotect events did reach the module and were ignored on purpose.
