@@ -42,11 +42,13 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/build_bug.h>
+#include <linux/compat.h>
 #include <linux/cred.h>
 #include <linux/debugfs.h>
 #include <linux/device.h>
 #include <linux/errno.h>
 #include <linux/fs.h>
+#include <linux/hash.h>
 #include <linux/hashtable.h>
 #include <linux/interval_tree.h>
 #include <linux/lockdep.h>
@@ -65,6 +67,7 @@
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
 #include <linux/uidgid.h>
+#include <linux/user_namespace.h>
 #include <linux/utsname.h>
 #include <linux/xarray.h>
 
@@ -81,6 +84,8 @@
 #define MRN_DEFAULT_MAX_REGISTRATIONS	(1U << 20)
 /* The largest value the caps accept. */
 #define MRN_MAX_REGISTRATIONS_LIMIT	(1U << 31)
+/* The least max_user_registrations defaults to, whatever the memory. */
+#define MRN_MIN_USER_REGISTRATIONS	(1U << 16)
 /* Contexts a user may hold open unless the administrator says otherwise. */
 #define MRN_DEFAULT_MAX_USER_CONTEXTS	4096
 /*
@@ -150,16 +155,28 @@ struct mrn_reg {
 };
 
 /*
- * What one user (the opener's effective uid) holds across all contexts, like
- * inotify's per-user watches: a per-context cap alone is multiplied by
- * RLIMIT_NOFILE and by the number of processes.
+ * What one user holds across all contexts, like inotify's per-user watches
+ * (a per-context cap alone is multiplied by RLIMIT_NOFILE and by the number
+ * of processes), counted per user namespace as the kernel's ucounts are: a
+ * user is charged in its namespace and, as that namespace's owner, in the
+ * namespace above, up to the initial one, each level against the same
+ * caps. A container's users have counts of their own, and nobody holds more
+ * by creating namespaces.
  */
+enum mrn_user_count {
+	MRN_UC_CONTEXTS,
+	MRN_UC_REGS,
+	MRN_UC_NR
+};
+
 struct mrn_user {
 	struct hlist_node node;		/* mrn_users, under mrn_users_lock */
+	struct user_namespace *ns;	/* referenced */
 	kuid_t uid;
-	refcount_t ref;			/* one per context */
-	atomic_long_t contexts;
-	atomic_long_t regs;
+	refcount_t ref;			/* contexts, and the levels below */
+	/* The owner of ns, in ns->parent; NULL in the initial namespace. */
+	struct mrn_user *parent;
+	atomic_long_t count[MRN_UC_NR];
 };
 
 struct mrn_ctx {
@@ -282,61 +299,106 @@ MODULE_PARM_DESC(max_registrations,
 module_param_cb(max_user_registrations, &mrn_param_max_ops,
 		&mrn_max_user_registrations, 0644);
 MODULE_PARM_DESC(max_user_registrations,
-		 "Registrations per user across all contexts and processes (default: 1% of RAM at 128 bytes each, at least 1048576)");
+		 "Registrations per user and user namespace across all contexts and processes (default: 1% of RAM at 128 bytes each, at least 65536)");
 module_param_cb(max_user_contexts, &mrn_param_max_ops,
 		&mrn_max_user_contexts, 0644);
 MODULE_PARM_DESC(max_user_contexts,
-		 "Open contexts per user across all processes (default 4096)");
+		 "Open contexts per user and user namespace across all processes (default 4096)");
+
+static void mrn_user_put(struct mrn_user *user);
+
+static u32 mrn_user_hash(const struct user_namespace *ns, kuid_t uid)
+{
+	return hash_ptr(ns, 32) ^ __kuid_val(uid);
+}
 
 /**
- * mrn_user_get - find or create the accounting of a user
- * @uid: the opener's effective uid
+ * mrn_user_get - find or create the accounting of a user in a namespace
+ * @ns: the user namespace
+ * @uid: the user (the opener's effective uid at the first level, the
+ *       owner of the namespace below at the others)
  *
- * Return: a referenced struct mrn_user, or NULL when out of memory.
+ * Return: a referenced struct mrn_user, whose parents are referenced too,
+ * or NULL when out of memory.
  */
-static struct mrn_user *mrn_user_get(kuid_t uid)
+static struct mrn_user *mrn_user_get(struct user_namespace *ns, kuid_t uid)
 {
-	struct mrn_user *user, *fresh;
+	struct mrn_user *user, *fresh, *parent = NULL;
+	u32 key = mrn_user_hash(ns, uid);
 
+	/* At most 32 levels (the kernel's limit on namespace nesting). */
+	if (ns->parent) {
+		parent = mrn_user_get(ns->parent, ns->owner);
+		if (!parent)
+			return NULL;
+	}
 	/* Shared by many processes: charged to no single memory cgroup. */
 	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
 	spin_lock(&mrn_users_lock);
-	hash_for_each_possible(mrn_users, user, node, __kuid_val(uid)) {
-		if (uid_eq(user->uid, uid) && refcount_inc_not_zero(&user->ref)) {
+	hash_for_each_possible(mrn_users, user, node, key) {
+		if (user->ns == ns && uid_eq(user->uid, uid) &&
+		    refcount_inc_not_zero(&user->ref)) {
 			spin_unlock(&mrn_users_lock);
 			kfree(fresh);
+			if (parent)
+				mrn_user_put(parent);
 			return user;
 		}
 	}
 	if (fresh) {
+		fresh->ns = get_user_ns(ns);
 		fresh->uid = uid;
+		fresh->parent = parent;
 		refcount_set(&fresh->ref, 1);
-		hash_add(mrn_users, &fresh->node, __kuid_val(uid));
+		hash_add(mrn_users, &fresh->node, key);
 	}
 	spin_unlock(&mrn_users_lock);
+	if (!fresh && parent)
+		mrn_user_put(parent);
 	return fresh;
 }
 
 static void mrn_user_put(struct mrn_user *user)
 {
-	if (!refcount_dec_and_lock(&user->ref, &mrn_users_lock))
-		return;
-	hash_del(&user->node);
-	spin_unlock(&mrn_users_lock);
-	/* Every registration and context gave its charge back. */
-	WARN_ON_ONCE(atomic_long_read(&user->regs) ||
-		     atomic_long_read(&user->contexts));
-	kfree(user);
+	struct mrn_user *parent;
+
+	while (user && refcount_dec_and_lock(&user->ref, &mrn_users_lock)) {
+		hash_del(&user->node);
+		spin_unlock(&mrn_users_lock);
+		/* Every registration and context gave its charge back. */
+		WARN_ON_ONCE(atomic_long_read(&user->count[MRN_UC_REGS]) ||
+			     atomic_long_read(&user->count[MRN_UC_CONTEXTS]));
+		parent = user->parent;
+		put_user_ns(user->ns);
+		kfree(user);
+		user = parent;
+	}
 }
 
-/* Take one unit of @counter below @limit; false (nothing taken) at the cap. */
-static bool mrn_charge(atomic_long_t *counter, unsigned int limit)
+/*
+ * Take one unit of @c at every level of @user, each below @limit; false
+ * (nothing taken) at a cap.
+ */
+static bool mrn_charge(struct mrn_user *user, enum mrn_user_count c,
+		       unsigned int limit)
 {
-	if (atomic_long_inc_return(counter) <= (long)limit)
-		return true;
-	atomic_long_dec(counter);
-	mrn_count(MRN_CNT_USER_LIMIT);
-	return false;
+	struct mrn_user *u, *undo;
+
+	for (u = user; u; u = u->parent) {
+		if (atomic_long_inc_return(&u->count[c]) > (long)limit) {
+			for (undo = user; undo != u->parent; undo = undo->parent)
+				atomic_long_dec(&undo->count[c]);
+			mrn_count(MRN_CNT_USER_LIMIT);
+			return false;
+		}
+	}
+	return true;
+}
+
+static void mrn_uncharge(struct mrn_user *user, enum mrn_user_count c)
+{
+	for (; user; user = user->parent)
+		atomic_long_dec(&user->count[c]);
 }
 
 /**
@@ -394,14 +456,6 @@ static void mrn_mark_dirty(struct mrn_reg *reg)
 	struct mrn_ctx *ctx = reg->ctx;
 
 	xa_lock(&ctx->regs);
-#ifdef MRN_NEGATIVE_CONTROL_MIGHT_SLEEP
-	/*
-	 * Only in the debug-kernel lane's negative control build: a sleep
-	 * under the spinlocks, which that kernel must report and Debian's
-	 * cannot.
-	 */
-	might_sleep();
-#endif
 	reg->dirty = true;
 	/* Setting a mark never allocates: the entry exists. */
 	__xa_set_mark(&ctx->regs, (u32)reg->id, MRN_MARK_DIRTY);
@@ -632,7 +686,7 @@ static void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
 	kmem_cache_free(mrn_reg_cache, reg);
-	atomic_long_dec(&ctx->user->regs);
+	mrn_uncharge(ctx->user, MRN_UC_REGS);
 	atomic_long_dec(&mrn_nr_regs);
 }
 
@@ -750,12 +804,14 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
  * The context holds mm_count (not mm_users), so it never keeps the address
  * space alive, and its status page is allocated here and mapped by mmap.
  *
- * The opener's user (effective uid) is charged for the context and, later,
- * for every registration, whoever holds the file afterwards.
+ * The opener's user (effective uid, in its user namespace and, as owners,
+ * in the ones above) is charged for the context and, later, for every
+ * registration, whoever holds the file afterwards.
  *
- * Return: 0, -EINVAL for a caller without an mm (a kernel thread), -EMFILE
- * when the user holds max_user_contexts contexts, -ENOMEM. A signal while
- * the mm's notifier is registered restarts the call.
+ * Return: 0, -EINVAL for a caller without an mm (a kernel thread),
+ * -EOPNOTSUPP for a 32-bit caller, -EMFILE when the user holds
+ * max_user_contexts contexts, -ENOMEM. A signal while the mm's notifier is
+ * registered restarts the call.
  */
 static int mrn_open(struct inode *inode, struct file *file)
 {
@@ -766,14 +822,22 @@ static int mrn_open(struct inode *inode, struct file *file)
 	/* A context watches the opener's own address space, nothing else. */
 	if (!current->mm)
 		return -EINVAL;
+	/*
+	 * 64-bit callers only: a 32-bit process would read the 64-bit
+	 * generation with two loads, which can tear, and no RDMA stack
+	 * serves 32-bit processes. (No compat_ioctl either, so a 32-bit
+	 * system call on a context opened by a 64-bit one is ENOTTY.)
+	 */
+	if (in_compat_syscall())
+		return -EOPNOTSUPP;
 
 	ctx = kzalloc(sizeof(*ctx), MRN_GFP_USER);
 	if (!ctx)
 		return -ENOMEM;
-	ctx->user = mrn_user_get(current_euid());
+	ctx->user = mrn_user_get(current_user_ns(), current_euid());
 	if (!ctx->user)
 		goto out_free;
-	if (!mrn_charge(&ctx->user->contexts,
+	if (!mrn_charge(ctx->user, MRN_UC_CONTEXTS,
 			READ_ONCE(mrn_max_user_contexts))) {
 		ret = -EMFILE;
 		goto out_put;
@@ -822,7 +886,7 @@ static int mrn_open(struct inode *inode, struct file *file)
 out_free_page:
 	__free_page(ctx->status_page);
 out_uncharge:
-	atomic_long_dec(&ctx->user->contexts);
+	mrn_uncharge(ctx->user, MRN_UC_CONTEXTS);
 out_put:
 	mrn_user_put(ctx->user);
 out_free:
@@ -867,7 +931,7 @@ static int mrn_release(struct inode *inode, struct file *file)
 
 	mmdrop(ctx->mm);
 	__free_page(ctx->status_page);
-	atomic_long_dec(&ctx->user->contexts);
+	mrn_uncharge(ctx->user, MRN_UC_CONTEXTS);
 	mrn_user_put(ctx->user);
 	mutex_destroy(&ctx->drain_mutex);
 	mutex_destroy(&ctx->mutex);
@@ -989,15 +1053,12 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	if (end > TASK_SIZE)
 		return -EFAULT;
 
-	if (!mrn_charge(&ctx->user->regs,
+	if (!mrn_charge(ctx->user, MRN_UC_REGS,
 			READ_ONCE(mrn_max_user_registrations)))
 		return -ENOSPC;
 	reg = kmem_cache_alloc(mrn_reg_cache, MRN_GFP_USER);
 	if (!reg) {
-#ifndef MRN_NEGATIVE_CONTROL_LEAK_ON_ENOMEM
-		/* Defined only in the debug-kernel lane's control build. */
-		atomic_long_dec(&ctx->user->regs);
-#endif
+		mrn_uncharge(ctx->user, MRN_UC_REGS);
 		return -ENOMEM;
 	}
 	atomic_long_inc(&mrn_nr_regs);
@@ -1306,7 +1367,7 @@ static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 	q.reg_bytes = kmem_cache_size(mrn_reg_cache);
 	q.max_registrations = ctx->max_regs;
 	q.max_user_registrations = READ_ONCE(mrn_max_user_registrations);
-	q.user_registrations = atomic_long_read(&ctx->user->regs);
+	q.user_registrations = atomic_long_read(&ctx->user->count[MRN_UC_REGS]);
 	xa_lock(&ctx->regs);
 	q.registrations = ctx->nr_regs;
 	q.dirty = ctx->nr_dirty;
@@ -1438,7 +1499,6 @@ static const struct file_operations mrn_fops = {
 	.mmap = mrn_mmap,
 	.poll = mrn_poll,
 	.unlocked_ioctl = mrn_ioctl,
-	.compat_ioctl = compat_ptr_ioctl,
 	/*
 	 * No .llseek: stream_open() clears FMODE_LSEEK, so lseek() fails with
 	 * ESPIPE on every kernel. (no_llseek said the same until 6.12
@@ -1525,12 +1585,15 @@ static int __init mrn_init(void)
 #undef MRN_CHECK_HEADER
 	BUILD_BUG_ON(sizeof(struct mrn_reg) > 80);
 
-	/* Like inotify's max_user_watches: 1% of RAM, here at least 2^20. */
+	/*
+	 * Like inotify's max_user_watches: 1% of RAM per user and namespace
+	 * level, at least 2^16 (8 MiB) on the smallest machines.
+	 */
 	if (!mrn_max_user_registrations) {
 		ram_share = div_u64((u64)totalram_pages() * PAGE_SIZE,
 				    100 * MRN_REG_COST);
 		mrn_max_user_registrations =
-			clamp_t(u64, ram_share, MRN_DEFAULT_MAX_REGISTRATIONS,
+			clamp_t(u64, ram_share, MRN_MIN_USER_REGISTRATIONS,
 				MRN_MAX_REGISTRATIONS_LIMIT);
 	}
 

@@ -2,8 +2,8 @@
 /*
  * What differs between the kernels mrnotify.ko builds for: 5.10 (Debian 11)
  * to 7.3 (trixie-backports). Each line names the release that changed the API.
- * Everything else the module uses is in 5.10 already: interval notifiers
- * (5.5), copy_struct_from_user (5.4), compat_ptr_ioctl (5.5),
+ * Everything else the module uses is in 5.10 already: mmu_notifier_get()
+ * (5.4), copy_struct_from_user (5.4),
  * XA_FLAGS_ACCOUNT, DEFINE_DEBUGFS_ATTRIBUTE, refcount_dec_and_lock.
  */
 #ifndef MRNOTIFY_COMPAT_H
@@ -30,9 +30,11 @@
 /*
  * Until "mm/mmu_notifier.c: fix race in mmu_interval_notifier_remove()"
  * (319561669a59, 5.18; 5.10.113 in the 5.10.y series), remove() could
- * return while the notifier was still deferred, and the module frees a
- * registration right after remove(). Debian's kernel headers carry the
- * stable release in LINUX_VERSION_CODE (5.10.223 in Debian 11).
+ * return while the notifier was still deferred. The module's first design
+ * freed a registration right after remove(); the current one uses no
+ * interval notifier, but 5.10.113 stays the floor: nothing older was ever
+ * tested (Debian's kernel headers carry the stable release in
+ * LINUX_VERSION_CODE: 5.10.223 in Debian 11, the 5.10 that is).
  */
 #if !MRN_LINUX_AT_LEAST(5, 11) && !MRN_LINUX_AT_LEAST_SUB(5, 10, 113)
 #error "mrnotify needs 5.10.113+: older 5.10.y lack the mmu_interval_notifier_remove() race fix"

@@ -1,8 +1,8 @@
 #!/bin/busybox sh
 # SPDX-License-Identifier: BSD-3-Clause
 # PID 1 of the guest's initramfs: mount the host's root (read-only 9p) and the
-# results folder (writable 9p), then run guest-main.sh in a chroot of the
-# host's root. Powers off when done, whatever happens.
+# results folder (writable 9p), then switch to the host's root and run
+# guest-main.sh there. Powers off when done, whatever happens.
 # With mrn_hostfs=1 on the command line (run-in-guest.sh --root), the root is
 # another tree and the host's / is a second export, mounted at /run/host.
 /bin/busybox --install -s /bin
@@ -65,6 +65,9 @@ mkdir -p $r/run/mrn-results
 mount -t 9p -o $p9 results $r/run/mrn-results ||
 	fail "cannot mount the results folder"
 
-chroot $r /bin/bash /run/mrn-results/guest-main.sh
-sync
-poweroff -f
+# The root becomes the guest's real root (switch_root, not chroot): a
+# process in a chroot may not create a user namespace, and the tests of the
+# per-namespace limits need to. PID 1 is then the root's own shell, which
+# powers off (sysrq: no init of ours is left) when the commands are done.
+exec switch_root $r /bin/sh -c \
+	'/bin/bash /run/mrn-results/guest-main.sh; sync; echo o >/proc/sysrq-trigger; sleep 600'

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Runs inside the guest, chrooted into the host's root (or --root): loads the modules,
+# Runs inside the guest, whose root is the host's root (or --root): loads the modules,
 # brings up Soft-RoCE if asked, runs each command and writes N.out / N.rc into
 # the results folder, then the kernel log. The host's run-in-guest.sh reads them.
 set -u

@@ -22,12 +22,12 @@ usage() {
 Usage: $prog [options] [--] 'COMMAND' ['COMMAND' ...]
 
 Boots the guest kernel, loads the modules, then runs each COMMAND (a shell
-command line, run by /bin/sh in the guest's chroot of the host's /, or of
+command line, run by /bin/sh in the guest, whose root is the host's /, or
 --root) one after the other. Prints each command's output and exit status,
 then a summary.
 
 Options:
-  --root DIR            the root file system the guest chroots into (default:
+  --root DIR            the root file system of the guest (default:
                         the host's /). The host's / stays visible at
                         /run/host, and the working directory, --bind folders
                         and modules are bound at their host paths; such a
@@ -227,7 +227,7 @@ else
 fi
 results=$(readlink -f "$results")
 
-# --- the initramfs: busybox, the 9p modules, and an init that chroots -------
+# --- the initramfs: busybox, the 9p modules, and an init that switches root -
 
 # Modules the initramfs needs to mount the host's root; their dependencies are
 # taken from modules.dep and loaded first (virtio before virtio_ring fails).
@@ -289,7 +289,7 @@ if [ ! -s "$initrd" ] || [ "$init_src" -nt "$initrd" ] || [ "$0" -nt "$initrd" ]
 	rm -rf "$stage"
 fi
 
-# --- the script the guest runs inside the chroot ----------------------------
+# --- the script the guest runs in its root -----------------------------------
 
 q() { printf '%q' "$1"; }
 {

@@ -790,3 +790,53 @@ TEST(Contexts, ManyPerProcessAreIndependent)
 }
 
 } // namespace
+
+#if defined(__x86_64__)
+namespace {
+
+// A 32-bit system call from this 64-bit process (int $0x80: the i386
+// numbers, 32-bit arguments), as a 32-bit program would make it.
+long syscall32(long nr, long a, long b, long c)
+{
+	long ret;
+	asm volatile("int $0x80"
+		     : "=a"(ret)
+		     : "a"(nr), "b"(a), "c"(b), "d"(c)
+		     : "memory", "r8", "r9", "r10", "r11");
+	return ret;
+}
+
+constexpr long kI386Open = 5, kI386Close = 6, kI386Ioctl = 54;
+
+} // namespace
+
+// The generation is one 64-bit word that a 32-bit process would read in two
+// halves: 32-bit callers are refused at open, and a context opened by a
+// 64-bit process answers no 32-bit ioctl.
+TEST(Compat, ThirtyTwoBitCallersAreRefused)
+{
+	// Arguments a 32-bit call can reach: below 4 GiB.
+	void *low = mmap(nullptr, page_size(), PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+	ASSERT_NE(MAP_FAILED, low);
+	char *path = static_cast<char *>(low);
+	strcpy(path, MRN_DEVICE_PATH);
+	const long fd32 = syscall32(kI386Open, reinterpret_cast<long>(path), O_RDWR, 0);
+	if (fd32 == -ENOSYS) {
+		munmap(low, page_size());
+		GTEST_SKIP() << "no 32-bit system calls (IA32 emulation off)";
+	}
+	if (fd32 >= 0)
+		syscall32(kI386Close, fd32, 0, 0);
+	EXPECT_EQ(-EOPNOTSUPP, fd32) << "a 32-bit open of " << MRN_DEVICE_PATH;
+
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	auto *q = reinterpret_cast<mrn_query *>(path + 64);
+	memset(q, 0, sizeof(*q));
+	q->size = sizeof(*q);
+	EXPECT_EQ(-ENOTTY, syscall32(kI386Ioctl, c.fd(), static_cast<long>(MRN_IOC_QUERY),
+				     reinterpret_cast<long>(q)));
+	munmap(low, page_size());
+}
+#endif

@@ -186,6 +186,10 @@ TEST(Hostile, PunchCostsTheVictimNothingPerAttackerRegistration)
 {
 	const size_t len = 64 * page_size();
 	const int rounds = 40, blocks = 15;
+	// Room for K up to the per-context cap (2^20): the per-user default is
+	// 1% of RAM, 167,772 in the 2 GiB guest.
+	mrn::ScopedParam user_cap("max_user_registrations", "4194304");
+	ASSERT_TRUE(user_cap.ok());
 	// The baseline: the same file, mapped by an attacker with K = 0,
 	// measured in alternating blocks with the attacked one.
 	Victim base(len);

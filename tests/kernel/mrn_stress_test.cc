@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -12,7 +13,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
@@ -21,6 +24,9 @@
 using mrn::Ctx;
 using mrn::Map;
 using mrn::page_size;
+using mrn::read_param;
+using mrn::ScopedParam;
+using mrn::write_param;
 
 namespace {
 
@@ -226,6 +232,10 @@ TEST(Scale, SparseLiveIdsCostWhatDenseOnesDo)
 
 TEST(Scale, MillionRegistrationsInOneContext)
 {
+	// The per-user default is 1% of RAM (167,772 in the 2 GiB guest): room
+	// for the per-context cap.
+	ScopedParam user_cap("max_user_registrations", "4194304");
+	ASSERT_TRUE(user_cap.ok());
 	const size_t ps = page_size();
 	const int pages = 4096;
 	const long n = 1000000;
@@ -310,44 +320,6 @@ TEST(Scale, MillionRegistrationsInOneContext)
 	EXPECT_EQ(before["contexts"] - 1, after["contexts"]);
 }
 
-std::string read_param(const char *name = "max_registrations")
-{
-	std::ifstream f(std::string("/sys/module/mrnotify/parameters/") + name);
-	std::string s;
-	f >> s;
-	return s;
-}
-
-bool write_param(const std::string &v, const char *name = "max_registrations")
-{
-	int fd = open((std::string("/sys/module/mrnotify/parameters/") + name).c_str(),
-		      O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	bool ok = write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size());
-	close(fd);
-	return ok;
-}
-
-// Sets a module parameter for the scope, restoring the old value.
-class ScopedParam {
-public:
-	ScopedParam(const char *name, const std::string &v) : name_(name), old_(read_param(name))
-	{
-		ok_ = !old_.empty() && write_param(v, name);
-	}
-	~ScopedParam()
-	{
-		if (ok_)
-			write_param(old_, name_);
-	}
-	bool ok() const { return ok_; }
-
-private:
-	const char *name_;
-	std::string old_;
-	bool ok_ = false;
-};
 TEST(Cap, ModuleParameterIsReadAtOpenAndEnforced)
 {
 	const std::string orig = read_param();
@@ -475,6 +447,137 @@ TEST(UserCap, RegistrationsAcrossContextsAndProcesses)
 	printf("per-user cap 1000: 10 contexts x 100 in one process, then a child got %d and "
 	       "a second child %d\n",
 	       na, nb);
+}
+
+// A process that registers as much as the per-user cap lets it, as another
+// user, in a user namespace of its own or not, and holds it all until told.
+class Holder {
+public:
+	// owner: the uid that creates the namespace (or, with no namespace,
+	// the uid that registers); inside: the host uid its root maps to.
+	Holder(uid_t owner, bool own_ns, uid_t inside)
+	{
+		int up[2], down[2];
+		if (pipe(up) || pipe(down))
+			return;
+		pid_ = fork();
+		if (pid_ == 0) {
+			close(up[0]);
+			close(down[1]);
+			_exit(run(owner, own_ns, up[1], down[0]));
+		}
+		close(up[1]);
+		close(down[0]);
+		from_ = up[0];
+		to_ = down[1];
+		if (own_ns) {
+			// The child made its namespace: map its root (needs
+			// CAP_SETUID here, in the parent namespace).
+			char b;
+			if (read(from_, &b, 1) != 1)
+				return;
+			const std::string map = "0 " + std::to_string(inside) + " 1";
+			std::ofstream(("/proc/" + std::to_string(pid_) + "/uid_map").c_str()) << map;
+			if (write(to_, &b, 1) != 1)
+				return;
+		}
+		if (read(from_, &registered_, sizeof(registered_)) != sizeof(registered_))
+			registered_ = -1;
+	}
+	~Holder()
+	{
+		char b = 1;
+		if (write(to_, &b, 1) != 1)
+			kill(pid_, SIGKILL);
+		waitpid(pid_, nullptr, 0);
+		close(from_);
+		close(to_);
+	}
+	// Registrations made before ENOSPC, or -1 (set-up failed).
+	long registered() const { return registered_; }
+
+private:
+	static int run(uid_t owner, bool own_ns, int up, int down)
+	{
+		if (setresuid(owner, owner, owner))
+			return 10;
+		char b = 1;
+		if (own_ns) {
+			if (unshare(CLONE_NEWUSER) || write(up, &b, 1) != 1 || read(down, &b, 1) != 1)
+				return 11;
+			// Become the namespace's root, now mapped.
+			if (setresuid(0, 0, 0))
+				return 12;
+		}
+		Map m(page_size());
+		Ctx c;
+		long n = 0;
+		if (!c.ok())
+			n = -1;
+		while (n >= 0 && c.reg(m.get(), m.size()) > 0)
+			n++;
+		if (write(up, &n, sizeof(n)) != sizeof(n) || read(down, &b, 1) != 1)
+			return 13;
+		return 0;
+	}
+
+	pid_t pid_ = -1;
+	int from_ = -1, to_ = -1;
+	long registered_ = -1;
+};
+
+// The caps count per user namespace, as ucounts do: a user is charged in its
+// namespace and, as the owner of that namespace, in the one above. So two
+// containers whose root is the same host uid each get the cap, but their
+// owners pay for them above: creating namespaces gets nobody more. The old
+// module, keyed by the host uid only, gave the second container nothing and
+// the owner, registering outside, a whole cap on top of its container's.
+TEST(UserCap, EachUserNamespaceCountsItsOwnAndItsOwnerPaysAbove)
+{
+	if (access("/proc/self/ns/user", F_OK) != 0)
+		GTEST_SKIP() << "no user namespaces";
+	// Debian 11 keeps them from unprivileged users by default.
+	std::string clone_was;
+	std::ifstream("/proc/sys/kernel/unprivileged_userns_clone") >> clone_was;
+	if (!clone_was.empty())
+		std::ofstream("/proc/sys/kernel/unprivileged_userns_clone") << "1";
+	struct Restore {
+		std::string was;
+		~Restore()
+		{
+			if (!was.empty())
+				std::ofstream("/proc/sys/kernel/unprivileged_userns_clone") << was;
+		}
+	} restore{clone_was};
+	// Can uid 1001 make one here? (Not in a chroot, for one.)
+	pid_t probe = fork();
+	ASSERT_GE(probe, 0);
+	if (probe == 0)
+		_exit(setresuid(1001, 1001, 1001) == 0 && unshare(CLONE_NEWUSER) == 0 ? 0 : errno);
+	int st = 0;
+	ASSERT_EQ(probe, waitpid(probe, &st, 0));
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		GTEST_SKIP() << "uid 1001 cannot create a user namespace here: "
+			     << strerror(WIFEXITED(st) ? WEXITSTATUS(st) : EINVAL);
+	ScopedParam cap("max_user_registrations", "100");
+	ASSERT_TRUE(cap.ok());
+	{
+		// Containers of owners 1001 and 1002, root inside both = host 65534.
+		Holder a(1001, true, 65534), b(1002, true, 65534);
+		ASSERT_GE(a.registered(), 0) << "namespace set-up failed";
+		ASSERT_GE(b.registered(), 0) << "namespace set-up failed";
+		EXPECT_EQ(100, a.registered());
+		EXPECT_EQ(100, b.registered()) << "a container shares the cap of another";
+		// Host uid 65534 itself, in the initial namespace: its own count.
+		Holder host(65534, false, 0);
+		EXPECT_EQ(100, host.registered());
+		// Owner 1001 outside its container: already charged for it.
+		Holder owner(1001, false, 0);
+		EXPECT_EQ(0, owner.registered()) << "a namespace multiplied its owner's cap";
+	}
+	// All given back: the owner has its whole cap again.
+	Holder owner(1001, false, 0);
+	EXPECT_EQ(100, owner.registered());
 }
 
 TEST(UserCap, ContextsPerUser)

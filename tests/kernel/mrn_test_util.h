@@ -253,6 +253,46 @@ inline bool protection_may_migrate()
 	return access("/sys/devices/system/node/node1", F_OK) == 0;
 }
 
+// Module parameters, /sys/module/mrnotify/parameters/ (root).
+inline std::string read_param(const char *name = "max_registrations")
+{
+	std::ifstream f(std::string("/sys/module/mrnotify/parameters/") + name);
+	std::string s;
+	f >> s;
+	return s;
+}
+
+inline bool write_param(const std::string &v, const char *name = "max_registrations")
+{
+	int fd = open((std::string("/sys/module/mrnotify/parameters/") + name).c_str(),
+		      O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool ok = write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size());
+	close(fd);
+	return ok;
+}
+
+// Sets a module parameter for the scope, restoring the old value.
+class ScopedParam {
+public:
+	ScopedParam(const char *name, const std::string &v) : name_(name), old_(read_param(name))
+	{
+		ok_ = !old_.empty() && write_param(v, name);
+	}
+	~ScopedParam()
+	{
+		if (ok_)
+			write_param(old_, name_);
+	}
+	bool ok() const { return ok_; }
+
+private:
+	const char *name_;
+	std::string old_;
+	bool ok_ = false;
+};
+
 // Module-wide counters, one value per file in /sys/kernel/debug/mrnotify/
 // (root; the guest mounts debugfs). Kernel internals, not ABI: tests take
 // differences over a stretch in which only they use the module.

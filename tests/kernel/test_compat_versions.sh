@@ -24,6 +24,15 @@ static inline void vm_flags_mod(struct vm_area_struct *vma, vm_flags_t set, vm_f
 	vma->vm_flags = (vma->vm_flags | set) & ~clear;
 }
 EOF
+cat >"$t/linux/mmu_notifier.h" <<'EOF'
+#include <stdbool.h>
+struct mmu_notifier_range { struct vm_area_struct *vma; };
+static inline int vma_is_anonymous(struct vm_area_struct *vma) { return !vma->vm_flags; }
+EOF
+cat >"$t/linux/nodemask.h" <<'EOF'
+#define IS_ENABLED(option) 1
+static inline int num_online_nodes(void) { return 2; }
+EOF
 cat >"$t/linux/stringify.h" <<'EOF'
 #define __stringify_1(x...) #x
 #define __stringify(x...) __stringify_1(x)

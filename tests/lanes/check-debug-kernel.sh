@@ -123,20 +123,20 @@ if [ "$(cat "$res/kernel-log" 2>/dev/null)" = bad ] && report_before_module; the
 	rc=$?
 fi
 echo "$prog: guest $(($(date +%s) - t0)) s"
-# The negative control: the same module with a sleep under its notifier's
-# spinlock (MRN_NEGATIVE_CONTROL_MIGHT_SLEEP), which this kernel must report
-# (Debian's cannot: it has no DEBUG_ATOMIC_SLEEP), and with a charge leaked
-# when REGISTER's allocation fails (MRN_NEGATIVE_CONTROL_LEAK_ON_ENOMEM),
-# which the fuzzer under failslab must report. A lane that stays quiet here
-# could not catch anything.
+# The negative control: the same module with tests/kernel/negative-controls.patch,
+# a sleep under its notifier's spinlocks, which this kernel must report
+# (Debian's cannot: it has no DEBUG_ATOMIC_SLEEP), and a charge leaked
+# when REGISTER's allocation fails, which the fuzzer under failslab must
+# report. A lane that stays quiet here could not catch anything.
 ctl=$builddir/tests/kernel-results-debug-control
 rm -rf "$ctl" && mkdir -p "$ctl" || exit 2
 cout=$builddir/kernel/debug-control
 rm -rf "$cout" && cp -r "$out" "$cout" && rm -f "$cout"/*.ko "$cout"/*.o || exit 2
 # The control's results, as TAP, in its status.log.
 tap_log=$ctl/status.log
-if make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS="-Werror -DMRN_NEGATIVE_CONTROL_MIGHT_SLEEP \
-	-DMRN_NEGATIVE_CONTROL_LEAK_ON_ENOMEM" modules >"$ctl/build.log" 2>&1; then
+if patch -d "$cout" -p2 --no-backup-if-mismatch <"$srcdir/tests/kernel/negative-controls.patch" \
+	>"$ctl/build.log" 2>&1 &&
+	make -C "$DEBUG_BUILD" M="$cout" W=1 KCFLAGS=-Werror modules >>"$ctl/build.log" 2>&1; then
 	nice "$srcdir/tests/harness/run-in-guest.sh" --modules-root "$DEBUG_MODULES_ROOT" \
 		--release "$DEBUG_RELEASE" --kernel-image "$DEBUG_IMAGE" \
 		--kernel-build "$DEBUG_BUILD" --module "$cout/mrnotify.ko" --cwd "$t" \
