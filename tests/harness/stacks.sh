@@ -11,6 +11,8 @@
 #         under $MRNOTIFY_STACKS_DIR/trixie-root. The guest boots it with
 #         that root over 9p, and the module is built in a chroot of it:
 #         Debian 13's kbuild tools need its newer glibc.
+#   forky Debian 14's kernel headers and gcc 16 in a minimal root: the
+#         module is only built there (W=1 -Werror), never booted.
 #   7.2, 7.3  trixie-backports' kernels (the newest 7.2.y and 7.3.y there,
 #         built with Debian 13's gcc 14): the packages unpacked under
 #         $MRNOTIFY_STACKS_DIR/trixie-bpo-7.N, booted with the Debian 13 root
@@ -19,7 +21,7 @@
 #
 # Usage:
 #   stacks.sh fetch KERNEL...           make what is missing (5.10, 6.12,
-#                                       7.2, 7.3, all)
+#                                       7.2, 7.3, forky, all)
 #   stacks.sh env KERNEL                print the stack's paths as shell
 #                                       assignments (STACK_RELEASE, STACK_ROOT,
 #                                       STACK_MODULES_ROOT, STACK_IMAGE,
@@ -344,15 +346,66 @@ build_bpo() { # $1: series, $2: out dir
 build_72() { build_bpo 7.2 "$1"; }
 build_73() { build_bpo 7.3 "$1"; }
 
+# --- forky: Debian 14's kernel and compiler, for building only ----------------
+
+# Debian forky (testing) builds its 7.2 with gcc 16, which the backports'
+# 7.2 (gcc 14) does not show: a minimal forky root with its kernel headers
+# and compiler, in which the module is built with W=1 -Werror. Nothing boots
+# it (the 7.2 guest boots the backports' kernel). forky's Release file may be
+# past its Valid-Until date, and objtool needs /proc.
+f_root=$cache/forky-root
+f_packages=build-essential,kmod,linux-headers-amd64
+f_ok() { [ -e "$f_root/.complete" ]; }
+f_release() { ls "$f_root/lib/modules" 2>/dev/null | sort -V | tail -n 1; }
+
+f_make() {
+	command -v mmdebstrap >/dev/null || { say "forky: mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
+	rm -rf "$f_root.tmp"
+	nice mmdebstrap --quiet --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' \
+		--include="$f_packages" forky "$f_root.tmp" "deb $(mirror) forky main" ||
+		{ rm -rf "$f_root.tmp"; return 3; }
+	rm -rf "$f_root" && mv "$f_root.tmp" "$f_root"
+}
+
+fetch_forky() {
+	f_ok && { say "forky: cached in $f_root"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "forky: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	mkdir -p "$cache" || return 1
+	timed "forky: Debian 14 build root (mmdebstrap)" f_make || return $?
+	[ -n "$(f_release)" ] || { say "forky: no kernel headers in $f_root"; return 1; }
+	: >"$f_root/.complete"
+}
+
+env_forky() {
+	local rel
+	rel=$(f_release)
+	echo "STACK_RELEASE=$rel"
+	echo "STACK_BUILD=$f_root/usr/src/linux-headers-$rel"
+	echo "STACK_CC=$(chroot "$f_root" gcc -dumpfullversion 2>/dev/null)"
+}
+
+build_forky() { # $1: out dir
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	nice unshare -m -- /bin/sh -c '
+		set -e
+		mount --make-rprivate /
+		mount -t tmpfs tmpfs "$1/run"
+		mkdir -p "$1/run/mrn-kmod"
+		mount --bind "$2" "$1/run/mrn-kmod"
+		mount -t proc proc "$1/proc"
+		exec chroot "$1" make -C "/usr/src/linux-headers-$3" M=/run/mrn-kmod \
+			W=1 KCFLAGS=-Werror modules' sh "$f_root" "$(readlink -f "$1")" "$(f_release)"
+}
+
 # --- commands ---------------------------------------------------------------------
 
 kernels() { # expand "all"
 	local k
 	for k in "$@"; do
 		case "$k" in
-		all) echo 5.10 6.12 7.2 7.3 ;;
-		5.10|6.12|7.2|7.3) echo "$k" ;;
-		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3 or all)"; exit 2 ;;
+		all) echo 5.10 6.12 7.2 7.3 forky ;;
+		5.10|6.12|7.2|7.3|forky) echo "$k" ;;
+		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3, forky or all)"; exit 2 ;;
 		esac
 	done
 }
@@ -371,14 +424,14 @@ fetch)
 env)
 	[ $# -eq 1 ] || { say "usage: $prog env KERNEL"; exit 2; }
 	k=$(kernels "$1")
-	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; *) t_ok && k_ok "$k" ;; esac ||
+	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; forky) f_ok ;; *) t_ok && k_ok "$k" ;; esac ||
 		{ say "$k: not cached (run $prog fetch $k)"; exit 3; }
 	"env_${k/./}"
 	;;
 build-module)
 	[ $# -eq 3 ] || { say "usage: $prog build-module KERNEL SRC OUT"; exit 2; }
 	k=$(kernels "$1") src=$(readlink -f "$2") out=$3
-	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; *) t_ok && k_ok "$k" ;; esac ||
+	case "$k" in 5.10) b_ok ;; 6.12) t_ok ;; forky) f_ok ;; *) t_ok && k_ok "$k" ;; esac ||
 		{ say "$k: not cached (run $prog fetch $k)"; exit 3; }
 	# A copy, not links: the chroot cannot follow links to the host's tree.
 	rm -rf "$out" && mkdir -p "$out/include/uapi/linux" || exit 1

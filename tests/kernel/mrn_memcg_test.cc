@@ -153,6 +153,10 @@ TEST(Memcg, RegisterAtTheLimitIsENOMEMAndLosesNothing)
 	if (!cg.ok())
 		GTEST_SKIP() << cg.why();
 	ASSERT_TRUE(cg.set("memory.max", std::to_string(16 << 20)));
+	// The cgroup's limit must come first: the per-user cap's default, 1%
+	// of RAM, is about as much in the 2 GiB guest.
+	mrn::ScopedParam user_cap("max_user_registrations", "4194304");
+	ASSERT_TRUE(user_cap.ok());
 	int sv[2];
 	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
 	pid_t pid = fork();

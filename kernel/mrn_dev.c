@@ -1,42 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * mrnotify: invalidation counter and dirty list for user-space RDMA
- * registration caches.
- *
- * Each open file of /dev/mrnotify is a context bound to the opener's mm.
- * User space registers byte ranges. When the core mm announces a change
- * that can replace the pages under a range, the module marks the
- * registration dirty and bumps a 64-bit generation in a page mapped
- * read-only into the process. A cache checks that word on every hit and,
- * when it moved, drains the dirty registrations with one ioctl.
- *
- * Bounded work per invalidation: an address space has one mmu_notifier,
- * shared by all its contexts (mmu_notifier_get), and one interval tree of
- * its clean registrations. A change finds the registrations it overlaps in
- * that tree, marks them and takes them out of it, so each registration is
- * marked at most once and a second change of the same range finds nothing:
- * whoever registers what, a change costs O(log n) plus one mark per
- * registration that was clean, and every mark was paid for by a REGISTER.
- * (With one interval notifier per registration, a change walked every
- * registration over its range each time, dirty or not, in the context of
- * whoever made it: another user's truncate, reclaim, the flusher.)
- *
- * Locking:
- *  - mrn_mm->lock (a spinlock) protects the tree, the in-flight table and
- *    reg->dirty. The notifier takes it and, nested inside, the context's
- *    xa_lock; it never sleeps holding them, never allocates, never defers
- *    work, so the mark is complete before munmap() and friends return.
- *  - ctx->regs.xa_lock protects the dirty marks, the generation and
- *    nr_dirty (reg->dirty is written under both locks).
- *  - ctx->mutex serialises the index changes of REGISTER, UNREGISTER and
- *    DRAIN: it keeps a registration alive while an ioctl works on it
- *    outside the spinlocks. No ioctl waits for invalidations under it, and
- *    no user memory is touched under it: a fault on a
- *    userfaultfd-registered buffer must not stall the context.
- *  - ctx->drain_mutex (taken before ctx->mutex) serialises DRAINs across
- *    their copy to user space, so that a batch in flight has one owner.
- *    UNREGISTER of a registration in that batch waits for it, outside
- *    ctx->mutex.
+ * /dev/mrnotify: its contexts (one per open file), their status page, ids
+ * and ioctls, and the module's counters and parameters. The design and the
+ * locking are described in mrn_internal.h.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -48,37 +14,23 @@
 #include <linux/device.h>
 #include <linux/errno.h>
 #include <linux/fs.h>
-#include <linux/hash.h>
-#include <linux/hashtable.h>
-#include <linux/interval_tree.h>
 #include <linux/lockdep.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
-#include <linux/mmu_notifier.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
-#include <linux/mutex.h>
 #include <linux/overflow.h>
-#include <linux/percpu.h>
 #include <linux/poll.h>
 #include <linux/sched.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
-#include <linux/spinlock.h>
 #include <linux/uaccess.h>
-#include <linux/uidgid.h>
-#include <linux/user_namespace.h>
 #include <linux/utsname.h>
-#include <linux/xarray.h>
 
 #include <linux/mrnotify.h>
 
+#include "mrn_internal.h"
 #include "mrnotify_compat.h"
-
-#ifndef CONFIG_64BIT
-/* User space reads the generation with one 64-bit load; it must not tear. */
-#error "mrnotify needs a 64-bit kernel"
-#endif
 
 /* Registrations a context may hold unless the administrator says otherwise. */
 #define MRN_DEFAULT_MAX_REGISTRATIONS	(1U << 20)
@@ -101,133 +53,6 @@
 /* Kernel memory of one registration, for the default per-user cap. */
 #define MRN_REG_COST	128
 
-/*
- * Memory a process asks for through the device stays charged to its memory
- * cgroup, and at the cgroup's limit the request fails with ENOMEM rather
- * than waking the OOM killer: a registration cache can fall back to an
- * uncached registration, a killed rank takes the whole job down.
- */
-#define MRN_GFP_USER	(GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL)
-
-/* xarray marks (the index allocates no ids, so all three are free). */
-#define MRN_MARK_DIRTY	XA_MARK_1	/* invalidated, not yet drained */
-#define MRN_MARK_BATCH	XA_MARK_2	/* copied out by the DRAIN in progress */
-
-/*
- * Invalidations of one address space that REGISTER can tell apart while
- * they run; more at once are counted, and then REGISTER treats every range
- * as overlapped (see mrn_inflight_overlaps()).
- */
-#define MRN_INFLIGHT_SLOTS	8
-
-/*
- * One per address space with an open context: the mmu_notifier every
- * context of that mm shares, and the registrations it watches.
- */
-struct mrn_mm {
-	struct mmu_notifier mn;
-	spinlock_t lock;		/* everything below, and reg->dirty */
-	/* Every context's clean registrations; a mark takes one out. */
-	struct rb_root_cached clean;
-	/*
-	 * The invalidating changes between their start and their end, by
-	 * the range the core mm passes to both (it lives on the caller's
-	 * stack meanwhile); the ones beyond the table are only counted.
-	 */
-	const struct mmu_notifier_range *inflight[MRN_INFLIGHT_SLOTS];
-	unsigned int inflight_untracked;
-};
-
-/*
- * One registration, 80 bytes: its range as a node of the mm's tree, its
- * context, the cookie, the id and the dirty bit. The dirty list is a mark
- * in the context's index, so no list pointers are needed; with the index
- * slot and memcg accounting the kernel spends about 96 bytes per
- * registration.
- */
-struct mrn_reg {
-	struct interval_tree_node node;	/* [start, last], in mrn_mm.clean while clean */
-	struct mrn_ctx *ctx;
-	u64 cookie;
-	u64 id;		/* constant once the registration is in the index */
-	/* Written under mrn_mm->lock and the xa_lock, read under either. */
-	bool dirty;
-};
-
-/*
- * What one user holds across all contexts, like inotify's per-user watches
- * (a per-context cap alone is multiplied by RLIMIT_NOFILE and by the number
- * of processes), counted per user namespace as the kernel's ucounts are: a
- * user is charged in its namespace and, as that namespace's owner, in the
- * namespace above, up to the initial one, each level against the same
- * caps. A container's users have counts of their own, and nobody holds more
- * by creating namespaces.
- */
-enum mrn_user_count {
-	MRN_UC_CONTEXTS,
-	MRN_UC_REGS,
-	MRN_UC_NR
-};
-
-struct mrn_user {
-	struct hlist_node node;		/* mrn_users, under mrn_users_lock */
-	struct user_namespace *ns;	/* referenced */
-	kuid_t uid;
-	refcount_t ref;			/* contexts, and the levels below */
-	/* The owner of ns, in ns->parent; NULL in the initial namespace. */
-	struct mrn_user *parent;
-	atomic_long_t count[MRN_UC_NR];
-};
-
-struct mrn_ctx {
-	struct mm_struct *mm;		/* mmgrab()ed: mm_count, not mm_users */
-	struct mrn_mm *mn;		/* mm's shared notifier, one reference */
-	struct page *status_page;
-	struct mrn_status *status;	/* page_address(status_page) */
-	struct mrn_user *user;		/* charged for every registration */
-	struct mutex mutex;		/* see the comment at the top */
-	struct mutex drain_mutex;	/* ditto */
-	/*
-	 * slot -> registration, or, for a free slot, a value entry holding
-	 * the generation of its last registration and the next free slot.
-	 * Its xa_lock also guards the marks, generation and nr_dirty.
-	 */
-	struct xarray regs;
-	u32 free_slot;			/* mutex and xa_lock: 0 for none */
-	u32 top_slot;			/* mutex: the highest slot in use yet */
-	u32 max_regs;			/* max_registrations at open time */
-	u64 nr_regs;			/* xa_lock and mutex */
-	u64 nr_dirty;
-	u64 generation;
-	/* poll() waiters: woken when a registration becomes dirty. */
-	wait_queue_head_t waiters;
-};
-
-/*
- * Module-wide counters, per CPU, shown one value per file in debugfs
- * (/sys/kernel/debug/mrnotify/): kernel internals, not ABI. The first ones
- * count, by the kernel's reason, the registrations an invalidating change
- * marked, and the ignored changes that met at least one registration.
- */
-enum mrn_counter {
-	MRN_CNT_UNMAP,			/* munmap, mremap, exit's unmap */
-	MRN_CNT_CLEAR,			/* zap: madvise, truncate, COW, reclaim */
-	MRN_CNT_PROTECTION_VMA,		/* mprotect, NUMA hinting: ignored */
-	MRN_CNT_PROTECTION_PAGE,	/* fork write-protect, mkclean: ignored */
-	MRN_CNT_SOFT_DIRTY,		/* clear_refs: ignored */
-	MRN_CNT_RELEASE,		/* the address space is torn down */
-	MRN_CNT_MIGRATE,		/* device migration */
-	MRN_CNT_EXCLUSIVE,		/* device exclusive access */
-	MRN_CNT_OTHER,			/* reasons this module does not know */
-	MRN_CNT_INVALIDATED,		/* registrations that became dirty */
-	MRN_CNT_REGISTERED_DIRTY,	/* dirty at REGISTER: a change was running */
-	MRN_CNT_IGNORED,		/* protection changes (as above) */
-	MRN_CNT_DRAINED,		/* entries reported by DRAIN */
-	MRN_CNT_UNREGISTERED_DIRTY,	/* UNREGISTERs that returned WAS_DIRTY */
-	MRN_CNT_USER_LIMIT,		/* REGISTER or open refused by a user cap */
-	MRN_NR_COUNTERS
-};
-
 static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
 	[MRN_CNT_UNMAP] = "callbacks_unmap",
 	[MRN_CNT_CLEAR] = "callbacks_clear",
@@ -246,28 +71,11 @@ static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
 	[MRN_CNT_USER_LIMIT] = "user_limit_hits",
 };
 
-struct mrn_pcpu_stats {
-	u64 count[MRN_NR_COUNTERS];
-};
-
-static DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
+DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
 static atomic_long_t mrn_nr_contexts = ATOMIC_LONG_INIT(0);
 static atomic_long_t mrn_nr_regs = ATOMIC_LONG_INIT(0);
 static struct kmem_cache *mrn_reg_cache;
 static struct dentry *mrn_debugfs;
-
-static DEFINE_HASHTABLE(mrn_users, 6);
-static DEFINE_SPINLOCK(mrn_users_lock);
-
-static void mrn_count(enum mrn_counter c)
-{
-	this_cpu_inc(mrn_pcpu_stats.count[c]);
-}
-
-static void mrn_count_add(enum mrn_counter c, u64 n)
-{
-	this_cpu_add(mrn_pcpu_stats.count[c], n);
-}
 
 static unsigned int mrn_max_registrations = MRN_DEFAULT_MAX_REGISTRATIONS;
 /* Set at load time from the memory size when not given (see mrn_init). */
@@ -304,383 +112,6 @@ module_param_cb(max_user_contexts, &mrn_param_max_ops,
 		&mrn_max_user_contexts, 0644);
 MODULE_PARM_DESC(max_user_contexts,
 		 "Open contexts per user and user namespace across all processes (default 4096)");
-
-static void mrn_user_put(struct mrn_user *user);
-
-static u32 mrn_user_hash(const struct user_namespace *ns, kuid_t uid)
-{
-	return hash_ptr(ns, 32) ^ __kuid_val(uid);
-}
-
-/**
- * mrn_user_get - find or create the accounting of a user in a namespace
- * @ns: the user namespace
- * @uid: the user (the opener's effective uid at the first level, the
- *       owner of the namespace below at the others)
- *
- * Return: a referenced struct mrn_user, whose parents are referenced too,
- * or NULL when out of memory.
- */
-static struct mrn_user *mrn_user_get(struct user_namespace *ns, kuid_t uid)
-{
-	struct mrn_user *user, *fresh, *parent = NULL;
-	u32 key = mrn_user_hash(ns, uid);
-
-	/* At most 32 levels (the kernel's limit on namespace nesting). */
-	if (ns->parent) {
-		parent = mrn_user_get(ns->parent, ns->owner);
-		if (!parent)
-			return NULL;
-	}
-	/* Shared by many processes: charged to no single memory cgroup. */
-	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
-	spin_lock(&mrn_users_lock);
-	hash_for_each_possible(mrn_users, user, node, key) {
-		if (user->ns == ns && uid_eq(user->uid, uid) &&
-		    refcount_inc_not_zero(&user->ref)) {
-			spin_unlock(&mrn_users_lock);
-			kfree(fresh);
-			if (parent)
-				mrn_user_put(parent);
-			return user;
-		}
-	}
-	if (fresh) {
-		fresh->ns = get_user_ns(ns);
-		fresh->uid = uid;
-		fresh->parent = parent;
-		refcount_set(&fresh->ref, 1);
-		hash_add(mrn_users, &fresh->node, key);
-	}
-	spin_unlock(&mrn_users_lock);
-	if (!fresh && parent)
-		mrn_user_put(parent);
-	return fresh;
-}
-
-static void mrn_user_put(struct mrn_user *user)
-{
-	struct mrn_user *parent;
-
-	while (user && refcount_dec_and_lock(&user->ref, &mrn_users_lock)) {
-		hash_del(&user->node);
-		spin_unlock(&mrn_users_lock);
-		/* Every registration and context gave its charge back. */
-		WARN_ON_ONCE(atomic_long_read(&user->count[MRN_UC_REGS]) ||
-			     atomic_long_read(&user->count[MRN_UC_CONTEXTS]));
-		parent = user->parent;
-		put_user_ns(user->ns);
-		kfree(user);
-		user = parent;
-	}
-}
-
-/*
- * Take one unit of @c at every level of @user, each below @limit; false
- * (nothing taken) at a cap.
- */
-static bool mrn_charge(struct mrn_user *user, enum mrn_user_count c,
-		       unsigned int limit)
-{
-	struct mrn_user *u, *undo;
-
-	for (u = user; u; u = u->parent) {
-		if (atomic_long_inc_return(&u->count[c]) > (long)limit) {
-			for (undo = user; undo != u->parent; undo = undo->parent)
-				atomic_long_dec(&undo->count[c]);
-			mrn_count(MRN_CNT_USER_LIMIT);
-			return false;
-		}
-	}
-	return true;
-}
-
-static void mrn_uncharge(struct mrn_user *user, enum mrn_user_count c)
-{
-	for (; user; user = user->parent)
-		atomic_long_dec(&user->count[c]);
-}
-
-/**
- * mrn_event_slot - classify a change
- * @range: the change; its event is the kernel's reason
- * @invalidates: set to whether the change can replace pages
- *
- * The mapping is explicit so that the ABI does not depend on the order of
- * enum mmu_notifier_event.
- *
- * Return: the event's counter (enum mrn_counter).
- */
-static enum mrn_counter mrn_event_slot(const struct mmu_notifier_range *range,
-				       bool *invalidates)
-{
-	*invalidates = true;
-	switch (range->event) {
-	case MMU_NOTIFY_UNMAP:
-		return MRN_CNT_UNMAP;
-	case MMU_NOTIFY_CLEAR:
-		return MRN_CNT_CLEAR;
-	case MMU_NOTIFY_RELEASE:
-		return MRN_CNT_RELEASE;
-	case MMU_NOTIFY_MIGRATE:
-		return MRN_CNT_MIGRATE;
-#if MRN_HAVE_NOTIFY_EXCLUSIVE
-	case MMU_NOTIFY_EXCLUSIVE:
-		return MRN_CNT_EXCLUSIVE;
-#endif
-	/*
-	 * Protection changes keep the same pages mapped: mprotect and NUMA
-	 * hinting (PROTECTION_VMA), fork's write-protect of the parent and
-	 * page cleaning (PROTECTION_PAGE), clear_refs (SOFT_DIRTY). A page
-	 * replacement that follows them (a COW break, a NUMA migration) is
-	 * announced as its own CLEAR event, except a THP's NUMA migration
-	 * before 5.14 (see mrn_protection_may_migrate()).
-	 */
-	case MMU_NOTIFY_PROTECTION_VMA:
-		*invalidates = mrn_protection_may_migrate(range);
-		return MRN_CNT_PROTECTION_VMA;
-	case MMU_NOTIFY_PROTECTION_PAGE:
-		*invalidates = false;
-		return MRN_CNT_PROTECTION_PAGE;
-	case MMU_NOTIFY_SOFT_DIRTY:
-		*invalidates = false;
-		return MRN_CNT_SOFT_DIRTY;
-	}
-	/* A reason this module does not know: be safe, invalidate. */
-	return MRN_CNT_OTHER;
-}
-
-/* Mark @reg dirty and publish it; mrn_mm->lock held, @reg in no tree. */
-static void mrn_mark_dirty(struct mrn_reg *reg)
-{
-	struct mrn_ctx *ctx = reg->ctx;
-
-	xa_lock(&ctx->regs);
-	reg->dirty = true;
-	/* Setting a mark never allocates: the entry exists. */
-	__xa_set_mark(&ctx->regs, (u32)reg->id, MRN_MARK_DIRTY);
-	ctx->nr_dirty++;
-	ctx->generation++;
-	/* Publish after the mark: whoever sees it and drains finds it. */
-	smp_store_release(&ctx->status->generation, ctx->generation);
-	xa_unlock(&ctx->regs);
-	/* Takes only the wait queue's spinlock, and only with a waiter. */
-	if (wq_has_sleeper(&ctx->waiters))
-		wake_up_interruptible_poll(&ctx->waiters, EPOLLIN | EPOLLRDNORM);
-}
-
-/*
- * Mark every clean registration over [start, last] and take it out of the
- * tree; mrn_mm->lock held. When @may_sleep, the lock is given up now and
- * then: a registration inserted meanwhile sees the change in flight (or
- * the caller is the mm's release, after which nothing registers).
- */
-static u64 mrn_mark_range(struct mrn_mm *m, unsigned long start,
-			  unsigned long last, bool may_sleep)
-{
-	struct interval_tree_node *node;
-	u64 n = 0;
-
-	while ((node = interval_tree_iter_first(&m->clean, start, last))) {
-		interval_tree_remove(node, &m->clean);
-		mrn_mark_dirty(container_of(node, struct mrn_reg, node));
-		n++;
-		if (may_sleep)
-			cond_resched_lock(&m->lock);
-	}
-	return n;
-}
-
-/* Note an invalidating change from its start to its end; lock held. */
-static void mrn_inflight_begin(struct mrn_mm *m,
-			       const struct mmu_notifier_range *range)
-{
-	unsigned int i;
-
-	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		if (!m->inflight[i]) {
-			m->inflight[i] = range;
-			return;
-		}
-	}
-	m->inflight_untracked++;
-}
-
-static void mrn_inflight_end(struct mrn_mm *m,
-			     const struct mmu_notifier_range *range)
-{
-	unsigned int i;
-
-	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		if (m->inflight[i] == range) {
-			m->inflight[i] = NULL;
-			return;
-		}
-	}
-	/*
-	 * Counted at its start. (An end without a start cannot happen: the
-	 * notifier was registered under mm_take_all_locks(), with no change
-	 * in flight.)
-	 */
-	if (!WARN_ON_ONCE(!m->inflight_untracked))
-		m->inflight_untracked--;
-}
-
-/*
- * Whether a change in flight may still replace pages in [start, last]:
- * its start has passed, so it marked only the registrations in the tree
- * then, and its pages may not have changed yet. Lock held.
- */
-static bool mrn_inflight_overlaps(struct mrn_mm *m, unsigned long start,
-				  unsigned long last)
-{
-	const struct mmu_notifier_range *r;
-	unsigned int i;
-
-	if (m->inflight_untracked)
-		return true;
-	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		r = m->inflight[i];
-		if (r && r->start <= last && start < r->end)
-			return true;
-	}
-	return false;
-}
-
-/**
- * mrn_invalidate_range_start - a change of the address space begins
- * @mn: the mm's shared notifier
- * @range: what changes, and why
- *
- * It runs in the context of whoever changes the mapping (the process
- * itself, another process truncating a shared file, reclaim, the OOM
- * reaper in non-blocking mode): it takes only spinlocks, sleeps only where
- * the range allows it, never allocates and never fails. An event that can
- * replace pages marks the clean registrations it overlaps, and is noted as
- * in flight until its end.
- *
- * Return: 0 (the change is never refused).
- */
-static int mrn_invalidate_range_start(struct mmu_notifier *mn,
-				      const struct mmu_notifier_range *range)
-{
-	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
-	enum mrn_counter slot;
-	bool invalidates, met;
-	u64 n;
-
-	slot = mrn_event_slot(range, &invalidates);
-	spin_lock(&m->lock);
-	if (!invalidates) {
-		/* O(log n), for the counters only: nothing is marked. */
-		met = interval_tree_iter_first(&m->clean, range->start,
-					       range->end - 1);
-		spin_unlock(&m->lock);
-		if (met) {
-			mrn_count(slot);
-			mrn_count(MRN_CNT_IGNORED);
-		}
-		return 0;
-	}
-	mrn_inflight_begin(m, range);
-	n = mrn_mark_range(m, range->start, range->end - 1,
-			   mmu_notifier_range_blockable(range));
-	spin_unlock(&m->lock);
-	mrn_count_add(slot, n);
-	mrn_count_add(MRN_CNT_INVALIDATED, n);
-	return 0;
-}
-
-static void mrn_invalidate_range_end(struct mmu_notifier *mn,
-				     const struct mmu_notifier_range *range)
-{
-	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
-	bool invalidates;
-
-	mrn_event_slot(range, &invalidates);
-	if (!invalidates)
-		return;
-	spin_lock(&m->lock);
-	mrn_inflight_end(m, range);
-	spin_unlock(&m->lock);
-}
-
-/*
- * The address space is torn down (exit, exec): every registration is
- * stale. Nothing can register afterwards, as no task uses this mm any more.
- */
-static void mrn_mm_release(struct mmu_notifier *mn, struct mm_struct *mm)
-{
-	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
-	u64 n;
-
-	spin_lock(&m->lock);
-	n = mrn_mark_range(m, 0, ULONG_MAX, true);
-	spin_unlock(&m->lock);
-	mrn_count_add(MRN_CNT_RELEASE, n);
-	mrn_count_add(MRN_CNT_INVALIDATED, n);
-}
-
-/* Called by mmu_notifier_get() for the mm's first context. */
-static struct mmu_notifier *mrn_mm_alloc(struct mm_struct *mm)
-{
-	struct mrn_mm *m = kzalloc(sizeof(*m), MRN_GFP_USER);
-
-	if (!m)
-		return ERR_PTR(-ENOMEM);
-	spin_lock_init(&m->lock);
-	m->clean = RB_ROOT_CACHED;
-	return &m->mn;
-}
-
-/* After the last mmu_notifier_put() and an SRCU grace period. */
-static void mrn_mm_free(struct mmu_notifier *mn)
-{
-	kfree(container_of(mn, struct mrn_mm, mn));
-}
-
-static const struct mmu_notifier_ops mrn_mm_ops = {
-	.release = mrn_mm_release,
-	.invalidate_range_start = mrn_invalidate_range_start,
-	.invalidate_range_end = mrn_invalidate_range_end,
-	.alloc_notifier = mrn_mm_alloc,
-	.free_notifier = mrn_mm_free,
-};
-
-/*
- * Start watching @reg; ctx->mutex held, @reg in the index. A change in
- * flight over its range makes it dirty at once instead of waiting for that
- * change to end: REGISTER never waits for the mm, and user space learns
- * that pages it pins now may be replaced.
- */
-static void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
-{
-	struct mrn_mm *m = ctx->mn;
-	bool raced;
-
-	spin_lock(&m->lock);
-	raced = mrn_inflight_overlaps(m, reg->node.start, reg->node.last);
-	if (raced)
-		mrn_mark_dirty(reg);
-	else
-		interval_tree_insert(&reg->node, &m->clean);
-	spin_unlock(&m->lock);
-	if (raced)
-		mrn_count(MRN_CNT_REGISTERED_DIRTY);
-}
-
-/*
- * Stop watching @reg: once out of the tree, no notifier can reach it (they
- * find registrations only there, under the lock). ctx->mutex held, or the
- * context is being released.
- */
-static void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
-{
-	spin_lock(&ctx->mn->lock);
-	if (!reg->dirty)
-		interval_tree_remove(&reg->node, &ctx->mn->clean);
-	spin_unlock(&ctx->mn->lock);
-}
 
 /* Free a registration that is in no index, and uncharge its user. */
 static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
@@ -815,7 +246,6 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
  */
 static int mrn_open(struct inode *inode, struct file *file)
 {
-	struct mmu_notifier *mn;
 	struct mrn_ctx *ctx;
 	int ret = -ENOMEM;
 
@@ -847,24 +277,12 @@ static int mrn_open(struct inode *inode, struct file *file)
 		goto out_uncharge;
 	ctx->status = page_address(ctx->status_page);
 	ctx->status->abi_version = MRN_ABI_VERSION;
-	/*
-	 * The mm's notifier, shared with its other contexts. The first one
-	 * is registered under mm_take_all_locks(), so no change is in flight
-	 * then: every change after it is seen from its start to its end.
-	 */
-	mn = mmu_notifier_get(&mrn_mm_ops, current->mm);
-	if (IS_ERR(mn)) {
-		ret = PTR_ERR(mn);
-		/*
-		 * mm_take_all_locks() gives up on any pending signal, also
-		 * io_uring's task work (TIF_NOTIFY_SIGNAL): once that is
-		 * handled, open again, unseen by the caller.
-		 */
-		if (ret == -EINTR)
-			ret = -ERESTARTNOINTR;
+	/* The mm's notifier, shared with its other contexts. */
+	ctx->mn = mrn_mm_get(current->mm);
+	if (IS_ERR(ctx->mn)) {
+		ret = PTR_ERR(ctx->mn);
 		goto out_free_page;
 	}
-	ctx->mn = container_of(mn, struct mrn_mm, mn);
 
 	mutex_init(&ctx->mutex);
 	mutex_init(&ctx->drain_mutex);
@@ -927,7 +345,7 @@ static int mrn_release(struct inode *inode, struct file *file)
 		cond_resched();
 	}
 	xa_destroy(&ctx->regs);
-	mmu_notifier_put(&ctx->mn->mn);
+	mrn_mm_put(ctx->mn);
 
 	mmdrop(ctx->mm);
 	__free_page(ctx->status_page);
