@@ -42,8 +42,9 @@
 #define MRN_DEFAULT_MAX_USER_CONTEXTS	4096
 /*
  * An id is a slot of the context's index in the low 32 bits and the slot's
- * generation above it. Slots are reused lowest-freed-first, so the index
- * stays dense however sparse the live ids are; the generation, one more at
+ * generation above it. A freed slot is reused before a new one is taken
+ * (the most recently freed first), so the index stays as dense as the live
+ * registrations however sparse their ids are; the generation, one more at
  * each reuse, keeps an id from naming a later registration in its slot
  * until that slot has been reused 2^31 times. A fresh context hands out
  * 1, 2, 3...
@@ -333,7 +334,7 @@ static int mrn_release(struct inode *inode, struct file *file)
 	/*
 	 * Out of the tree, a registration is out of every notifier's reach;
 	 * the mm's notifier outlives its last context by an SRCU grace
-	 * period (mmu_notifier_put), so a change still running in it finds
+	 * period (mmu_notifier_put), so a change that starts later finds
 	 * none of ours. Both stay valid while we hold mm_count, even after
 	 * the mm's exit_mmap().
 	 */
@@ -344,6 +345,12 @@ static int mrn_release(struct inode *inode, struct file *file)
 		mrn_free_reg(ctx, entry);
 		cond_resched();
 	}
+	/*
+	 * A change may still be finishing a mark of one of ours (drained
+	 * meanwhile, so not in the index any more): its wakeup reads the
+	 * context. It does all of that under the tree's lock.
+	 */
+	mrn_mm_quiesce(ctx->mn);
 	xa_destroy(&ctx->regs);
 	mrn_mm_put(ctx->mn);
 
@@ -445,7 +452,8 @@ static int mrn_unregister_id(struct mrn_ctx *ctx, u64 id);
  * pinned after REGISTER returns are either the ones mapped from then on or
  * reported by DRAIN. The id is written back after the context's mutex is
  * dropped (no user access under it); if that faults, the registration is
- * undone.
+ * undone like an UNREGISTER (which, for a registration a DRAIN is copying
+ * out meanwhile, waits for that DRAIN).
  *
  * Return: 0; -EINVAL (bad size, flags or a zero length); -EOVERFLOW;
  * -EFAULT (a range beyond the user address space, or @uarg); -ENOSPC (the
@@ -702,8 +710,8 @@ static int mrn_drain_copy_out(char __user *dst, u32 entry_size,
  *
  * Takes up to min(capacity, MRN_DRAIN_MAX_BATCH) entries in slot order into a
  * kernel buffer under the mutex, copies them out without it (a fault on a
- * userfaultfd-registered buffer stalls only this DRAIN and UNREGISTERs of
- * the same registrations), then releases them; an EFAULT on the way
+ * userfaultfd-registered buffer stalls only the context's DRAINs and the
+ * UNREGISTERs of the same registrations), then releases them; an EFAULT on the way
  * releases nothing. MRN_DRAIN_MORE says more are left.
  *
  * Return: 0; -EINVAL for a bad size, flags or entry size; -EFAULT; -ENOMEM;

@@ -91,11 +91,15 @@ struct mrn_mm {
 	/* Every context's clean registrations; a mark takes one out. */
 	struct rb_root_cached clean;
 	/*
-	 * The invalidating changes between their start and their end, by
-	 * the range the core mm passes to both (it lives on the caller's
-	 * stack meanwhile); the ones beyond the table are only counted.
+	 * The invalidating changes between their start and their end: their
+	 * addresses, and the range the core mm passes to both as the key
+	 * (never dereferenced: should an end be lost, nothing dangles). The
+	 * ones beyond the table are only counted.
 	 */
-	const struct mmu_notifier_range *inflight[MRN_INFLIGHT_SLOTS];
+	struct mrn_inflight {
+		const struct mmu_notifier_range *key;	/* NULL: free */
+		unsigned long start, end;
+	} inflight[MRN_INFLIGHT_SLOTS];
 	unsigned int inflight_untracked;
 };
 
@@ -214,6 +218,7 @@ void mrn_uncharge(struct mrn_user *user, enum mrn_user_count c);
 
 /* mrn_notifier.c */
 struct mrn_mm *mrn_mm_get(struct mm_struct *mm);
+void mrn_mm_quiesce(struct mrn_mm *m);
 void mrn_mm_put(struct mrn_mm *m);
 void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg);
 void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg);

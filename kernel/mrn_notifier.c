@@ -111,15 +111,27 @@ static u64 mrn_mark_range(struct mrn_mm *m, unsigned long start,
 static void mrn_inflight_begin(struct mrn_mm *m,
 			       const struct mmu_notifier_range *range)
 {
+	struct mrn_inflight *free = NULL;
 	unsigned int i;
 
 	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		if (!m->inflight[i]) {
-			m->inflight[i] = range;
+		/*
+		 * Noted once however often it starts: 5.10's change_pmd_range()
+		 * starts a range at address 0 once per populated PMD, and ends
+		 * it once.
+		 */
+		if (m->inflight[i].key == range)
 			return;
-		}
+		if (!m->inflight[i].key && !free)
+			free = &m->inflight[i];
 	}
-	m->inflight_untracked++;
+	if (!free) {
+		m->inflight_untracked++;
+		return;
+	}
+	free->key = range;
+	free->start = range->start;
+	free->end = range->end;
 }
 
 static void mrn_inflight_end(struct mrn_mm *m,
@@ -128,8 +140,8 @@ static void mrn_inflight_end(struct mrn_mm *m,
 	unsigned int i;
 
 	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		if (m->inflight[i] == range) {
-			m->inflight[i] = NULL;
+		if (m->inflight[i].key == range) {
+			m->inflight[i].key = NULL;
 			return;
 		}
 	}
@@ -150,14 +162,14 @@ static void mrn_inflight_end(struct mrn_mm *m,
 static bool mrn_inflight_overlaps(struct mrn_mm *m, unsigned long start,
 				  unsigned long last)
 {
-	const struct mmu_notifier_range *r;
+	const struct mrn_inflight *r;
 	unsigned int i;
 
 	if (m->inflight_untracked)
 		return true;
 	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		r = m->inflight[i];
-		if (r && r->start <= last && start < r->end)
+		r = &m->inflight[i];
+		if (r->key && r->start <= last && start < r->end)
 			return true;
 	}
 	return false;
@@ -320,6 +332,17 @@ struct mrn_mm *mrn_mm_get(struct mm_struct *mm)
 	if (IS_ERR(mn))
 		return ERR_PTR(PTR_ERR(mn) == -EINTR ? -ERESTARTNOINTR : PTR_ERR(mn));
 	return container_of(mn, struct mrn_mm, mn);
+}
+
+/*
+ * Wait for the marks in progress: a change marks a registration, publishes
+ * it and wakes its context's pollers all under the lock, so once none of a
+ * context's registrations is in the tree, taking the lock once is enough.
+ */
+void mrn_mm_quiesce(struct mrn_mm *m)
+{
+	spin_lock(&m->lock);
+	spin_unlock(&m->lock);
 }
 
 /* Once the context's registrations are all out of the tree. */

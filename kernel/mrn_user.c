@@ -85,16 +85,31 @@ void mrn_user_put(struct mrn_user *user)
 }
 
 /*
+ * Host root as the owner of namespaces: counted, never capped there. It is
+ * who makes rootful containers; with a cap at that level, the containers of
+ * a node and the host's root would share one user's worth, and one
+ * container could refuse every other. Each container's users still have
+ * their own caps, and host root its own for what it registers itself.
+ */
+static bool mrn_uncapped_owner(const struct mrn_user *user,
+			       const struct mrn_user *level)
+{
+	return level != user && level->ns == &init_user_ns &&
+	       uid_eq(level->uid, GLOBAL_ROOT_UID);
+}
+
+/*
  * Take one unit of @c at every level of @user, each below @limit; false
  * (nothing taken) at a cap.
  */
 bool mrn_charge(struct mrn_user *user, enum mrn_user_count c,
-		       unsigned int limit)
+		unsigned int limit)
 {
 	struct mrn_user *u, *undo;
 
 	for (u = user; u; u = u->parent) {
-		if (atomic_long_inc_return(&u->count[c]) > (long)limit) {
+		if (atomic_long_inc_return(&u->count[c]) > (long)limit &&
+		    !mrn_uncapped_owner(user, u)) {
 			for (undo = user; undo != u->parent; undo = undo->parent)
 				atomic_long_dec(&undo->count[c]);
 			mrn_count(MRN_CNT_USER_LIMIT);

@@ -59,15 +59,15 @@
  * ("mm: thp: refactor NUMA fault handling", c5b5a3dd2c1f) moved it to the
  * generic migration, which sends CLEAR. Until then, such an event can
  * replace pages wherever NUMA balancing can run: an anonymous mapping on a
- * machine of more than one node. (Pinned pages cannot migrate; an unpinned
- * registration would have lost the event.)
+ * machine of more than one possible node (nr_node_ids, fixed at boot, so
+ * that a change's start and end always agree). (Pinned pages cannot
+ * migrate; an unpinned registration would have lost the event.)
  */
 static inline bool
 mrn_protection_may_migrate(const struct mmu_notifier_range *range)
 {
 #if !MRN_LINUX_AT_LEAST(5, 14) && IS_ENABLED(CONFIG_NUMA_BALANCING)
-	return num_online_nodes() > 1 && range->vma &&
-	       vma_is_anonymous(range->vma);
+	return nr_node_ids > 1 && range->vma && vma_is_anonymous(range->vma);
 #else
 	return false;
 #endif

@@ -576,8 +576,18 @@ TEST(UserCap, EachUserNamespaceCountsItsOwnAndItsOwnerPaysAbove)
 		EXPECT_EQ(0, owner.registered()) << "a namespace multiplied its owner's cap";
 	}
 	// All given back: the owner has its whole cap again.
-	Holder owner(1001, false, 0);
-	EXPECT_EQ(100, owner.registered());
+	{
+		Holder owner(1001, false, 0);
+		EXPECT_EQ(100, owner.registered());
+	}
+	// Host root's own registrations are capped; as the owner of rootful
+	// containers it is counted, not capped, so that its containers do not
+	// share one user's worth with one another and with it.
+	Holder root(0, false, 0);
+	EXPECT_EQ(100, root.registered());
+	Holder c1(0, true, 65534), c2(0, true, 65533);
+	EXPECT_EQ(100, c1.registered()) << "root's containers share root's cap";
+	EXPECT_EQ(100, c2.registered()) << "root's containers share root's cap";
 }
 
 TEST(UserCap, ContextsPerUser)

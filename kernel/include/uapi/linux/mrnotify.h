@@ -31,8 +31,8 @@
 
 #define MRN_DEVICE_PATH		"/dev/mrnotify"
 /*
- * 2: the final form of the first ABI (ioctl magic 0xB9, ids never
- * reused, per-user limits, counters in debugfs). 1 was the development ABI
+ * 2: the final form of the first ABI (ioctl magic 0xB9, ids that name one
+ * registration, per-user limits, counters in debugfs). 1 was the development ABI
  * (magic 0xB7); the *_SIZE_VER1 sizes name the first layout of each struct.
  *
  * A later version only adds: new ioctls, fields at the end of size-versioned
