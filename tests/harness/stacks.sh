@@ -228,11 +228,10 @@ env_612() {
 	echo "STACK_OMPI_SOURCE=$(t_ompi_src_dir)"
 }
 
-# In a private mount namespace: the output folder is bound into the root at
-# /run/mrn-kmod, so nothing of the build is left in the cached root.
-build_612() { # $1: out dir
-	local rel
-	rel=$(ls "$t_root/lib/modules" | sort -V | tail -n 1)
+# In a chroot of ROOT and a private mount namespace: the output folder is
+# bound into the root at /run/mrn-kmod, so nothing of the build is left in
+# the cached root; /proc is mounted (objtool needs it).
+build_in_root() { # $1: root, $2: out dir, $3: the release of its headers
 	# shellcheck disable=SC2016 # expanded by the inner shell
 	nice unshare -m -- /bin/sh -c '
 		set -e
@@ -242,7 +241,11 @@ build_612() { # $1: out dir
 		mount --bind "$2" "$1/run/mrn-kmod"
 		mount -t proc proc "$1/proc"
 		exec chroot "$1" make -C "/usr/src/linux-headers-$3" M=/run/mrn-kmod \
-			W=1 KCFLAGS=-Werror modules' sh "$t_root" "$(readlink -f "$out")" "$rel"
+			W=1 KCFLAGS=-Werror modules' sh "$1" "$(readlink -f "$2")" "$3"
+}
+
+build_612() { # $1: out dir
+	build_in_root "$t_root" "$1" "$(ls "$t_root/lib/modules" | sort -V | tail -n 1)"
 }
 
 # --- 7.2, 7.3: trixie-backports' kernels, on the Debian 13 root ----------------
@@ -385,16 +388,7 @@ env_forky() {
 }
 
 build_forky() { # $1: out dir
-	# shellcheck disable=SC2016 # expanded by the inner shell
-	nice unshare -m -- /bin/sh -c '
-		set -e
-		mount --make-rprivate /
-		mount -t tmpfs tmpfs "$1/run"
-		mkdir -p "$1/run/mrn-kmod"
-		mount --bind "$2" "$1/run/mrn-kmod"
-		mount -t proc proc "$1/proc"
-		exec chroot "$1" make -C "/usr/src/linux-headers-$3" M=/run/mrn-kmod \
-			W=1 KCFLAGS=-Werror modules' sh "$f_root" "$(readlink -f "$1")" "$(f_release)"
+	build_in_root "$f_root" "$1" "$(f_release)"
 }
 
 # --- commands ---------------------------------------------------------------------
