@@ -72,31 +72,10 @@ long long registration_work(const std::map<std::string, long long> &a,
 class Attacker {
 public:
 	Attacker(int memfd, size_t file_len, long k)
+	    : child_([=](int up, int down) { return run(memfd, file_len, k, up, down); })
 	{
-		int up[2], down[2];
-		if (pipe(up) || pipe(down))
-			return;
-		pid_ = fork();
-		if (pid_ == 0) {
-			close(up[0]);
-			close(down[1]);
-			_exit(run(memfd, file_len, k, up[1], down[0]));
-		}
-		close(up[1]);
-		close(down[0]);
-		from_ = up[0];
-		to_ = down[1];
 		char b;
-		ready_ = pid_ > 0 && read(from_, &b, 1) == 1;
-	}
-	~Attacker()
-	{
-		if (pid_ > 0) {
-			kill(pid_, SIGKILL);
-			waitpid(pid_, nullptr, 0);
-		}
-		close(from_);
-		close(to_);
+		ready_ = child_.get(&b, 1);
 	}
 	bool ready() const { return ready_; }
 	// Dirty registrations (QUERY), or -1.
@@ -104,7 +83,7 @@ public:
 	{
 		char go = 1;
 		uint64_t n = 0;
-		if (write(to_, &go, 1) != 1 || read(from_, &n, sizeof(n)) != sizeof(n))
+		if (!child_.put(&go, 1) || !child_.get(&n, sizeof(n)))
 			return -1;
 		return static_cast<long long>(n);
 	}
@@ -131,8 +110,7 @@ private:
 		return write(up, &dirty, sizeof(dirty)) == sizeof(dirty) ? 0 : 15;
 	}
 
-	pid_t pid_ = -1;
-	int from_ = -1, to_ = -1;
+	mrn::Child child_;
 	bool ready_ = false;
 };
 

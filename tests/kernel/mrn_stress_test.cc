@@ -456,47 +456,28 @@ public:
 	// owner: the uid that creates the namespace (or, with no namespace,
 	// the uid that registers); inside: the host uid its root maps to.
 	Holder(uid_t owner, bool own_ns, uid_t inside)
+	    : child_([=](int up, int down) { return run(owner, own_ns, up, down); })
 	{
-		int up[2], down[2];
-		if (pipe(up) || pipe(down))
-			return;
-		pid_ = fork();
-		if (pid_ == 0) {
-			close(up[0]);
-			close(down[1]);
-			_exit(run(owner, own_ns, up[1], down[0]));
-		}
-		close(up[1]);
-		close(down[0]);
-		from_ = up[0];
-		to_ = down[1];
 		if (own_ns) {
 			// The child made its namespace: map its root (needs
 			// CAP_SETUID here, in the parent namespace).
 			char b;
-			if (read(from_, &b, 1) != 1)
+			if (!child_.get(&b, 1))
 				return;
 			const std::string map = "0 " + std::to_string(inside) + " 1";
-			std::ofstream(("/proc/" + std::to_string(pid_) + "/uid_map").c_str()) << map;
-			if (write(to_, &b, 1) != 1)
+			std::ofstream(("/proc/" + std::to_string(child_.pid()) + "/uid_map").c_str())
+				<< map;
+			if (!child_.put(&b, 1))
 				return;
 		}
-		if (read(from_, &registered_, sizeof(registered_)) != sizeof(registered_))
+		if (!child_.get(&registered_, sizeof(registered_)))
 			registered_ = -1;
-	}
-	~Holder()
-	{
-		char b = 1;
-		if (write(to_, &b, 1) != 1)
-			kill(pid_, SIGKILL);
-		waitpid(pid_, nullptr, 0);
-		close(from_);
-		close(to_);
 	}
 	// Registrations made before ENOSPC, or -1 (set-up failed).
 	long registered() const { return registered_; }
 
 private:
+	// Registers, reports the count and holds it all until killed.
 	static int run(uid_t owner, bool own_ns, int up, int down)
 	{
 		if (setresuid(owner, owner, owner))
@@ -521,8 +502,7 @@ private:
 		return 0;
 	}
 
-	pid_t pid_ = -1;
-	int from_ = -1, to_ = -1;
+	mrn::Child child_;
 	long registered_ = -1;
 };
 

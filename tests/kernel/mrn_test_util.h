@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -252,6 +254,57 @@ inline bool protection_may_migrate()
 		return false;
 	return access("/sys/devices/system/node/node1", F_OK) == 0;
 }
+
+// A forked child that talks with its parent over two pipes: it runs
+// fn(up, down) and exits with what that returns; the parent reads what it
+// writes to up (get) and writes what it reads from down (put). Killed and
+// reaped when the parent lets go of it.
+class Child {
+public:
+	template <class Fn> explicit Child(Fn fn)
+	{
+		int up[2], down[2];
+		if (pipe(up))
+			return;
+		if (pipe(down)) {
+			close(up[0]);
+			close(up[1]);
+			return;
+		}
+		pid_ = fork();
+		if (pid_ == 0) {
+			close(up[0]);
+			close(down[1]);
+			_exit(fn(up[1], down[0]));
+		}
+		close(up[1]);
+		close(down[0]);
+		from_ = up[0];
+		to_ = down[1];
+	}
+	~Child()
+	{
+		if (pid_ > 0) {
+			kill(pid_, SIGKILL);
+			waitpid(pid_, nullptr, 0);
+		}
+		close(from_);
+		close(to_);
+	}
+	Child(const Child &) = delete;
+	Child &operator=(const Child &) = delete;
+
+	pid_t pid() const { return pid_; }
+	bool get(void *p, size_t n) { return pid_ > 0 && read(from_, p, n) == static_cast<ssize_t>(n); }
+	bool put(const void *p, size_t n)
+	{
+		return pid_ > 0 && write(to_, p, n) == static_cast<ssize_t>(n);
+	}
+
+private:
+	pid_t pid_ = -1;
+	int from_ = -1, to_ = -1;
+};
 
 // Module parameters, /sys/module/mrnotify/parameters/ (root).
 inline std::string read_param(const char *name = "max_registrations")
