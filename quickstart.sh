@@ -26,7 +26,7 @@ packages=(
 	autoconf automake libtool pkg-config make gcc g++
 	libgtest-dev liburcu-dev
 	libibverbs-dev ibverbs-providers ibverbs-utils
-	libopenmpi-dev openmpi-bin libucx-dev ucx-utils
+	libopenmpi-dev openmpi-bin libucx-dev ucx-utils libfabric-dev libfabric-bin
 	linux-headers-amd64 linux-image-amd64 kmod
 	qemu-system-x86 busybox-static cpio iproute2
 	mmdebstrap

@@ -96,12 +96,12 @@ AC_DEFUN([MRN_CHECK_OMPI], [
   AC_SUBST([MPI_LIBS])
 ])
 
-# MRN_CHECK_PKG(VAR, module, what to install)
+# MRN_CHECK_PKG(VAR, module [>= version], what to install)
 # Skipped when mrn_why_VAR is already set (the part was switched off).
 AC_DEFUN([MRN_CHECK_PKG], [
   AS_IF([test -n "$mrn_why_$1"], [MRN_HAVE_$1=no], [
   PKG_CHECK_MODULES([$1], [$2], [MRN_HAVE_$1=yes
-    mrn_why_$1="`$PKG_CONFIG --modversion $2 | head -n 1`"],
+    mrn_why_$1="`$PKG_CONFIG --modversion m4_bpatsubst([$2], [ .*]) | head -n 1`"],
     [MRN_HAVE_$1=no
     mrn_why_$1="$2 not found (install $3)"])])
   AM_CONDITIONAL([MRN_HAVE_$1], [test "x$MRN_HAVE_$1" = xyes])

@@ -77,6 +77,10 @@ public:
 	// went stale).
 	virtual bool keeps_idle_entries() const = 0;
 
+	// A file descriptor that polls readable (POLLIN) while something
+	// became invalid and was not drained yet, or -1 (none).
+	virtual int wait_fd() const { return -1; }
+
 	// Adds what the monitor counts to *s (the cache fills the rest).
 	virtual void add_stats(mrn_stats *s) { (void)s; }
 

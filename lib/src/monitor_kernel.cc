@@ -41,6 +41,8 @@ public:
 		return reinterpret_cast<const uint64_t *>(&status_->generation);
 	}
 	bool keeps_idle_entries() const override { return true; }
+	// mrn_poll: readable while a registration is dirty and not drained.
+	int wait_fd() const override { return fd_; }
 
 	int watch(uintptr_t start, uintptr_t end, uint64_t cookie, uint64_t *id) override
 	{

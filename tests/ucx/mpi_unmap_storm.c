@@ -3,15 +3,8 @@
  * mpi_unmap_storm: two MPI ranks exchange rendezvous-sized messages (so the
  * transport registers the buffers and caches the registrations) while the
  * buffers' memory is replaced between rounds in every way an application
- * can replace it:
- *   reuse     nothing replaced (the cache should hit)
- *   free      free() and malloc() again (glibc unmaps and maps)
- *   munmap    raw munmap(2) and mmap(2) at the same address (if still free)
- *   map_fixed raw mmap(2) MAP_FIXED over the live mapping
- *   mremap    raw mremap(2) of the pages away, fresh pages mapped back
- *   dontneed  raw madvise(2) MADV_DONTNEED (fresh zero pages on next touch)
- *   shm       raw shmat(2) SHM_REMAP of a new System V segment over it
- * "raw" means a system call no memory hook in libc sees. Optionally a
+ * can replace it (tests/harness/replace_memory.h: every kind but punch).
+ * Optionally a
  * second thread does the same on its own communicator at the same time
  * (MPI_THREAD_MULTIPLE), and every fourth round runs system() and fork().
  * Every byte received is checked.
@@ -24,156 +17,27 @@
 #define _GNU_SOURCE
 #include <mpi.h>
 
+#include "../harness/replace_memory.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ipc.h>
-#include <sys/mman.h>
-#include <sys/shm.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum kind { REUSE, FREE, MUNMAP, MAP_FIXED_OVER, MREMAP, DONTNEED, SHM, NKINDS };
-static const char *const kind_name[NKINDS] = {"reuse",  "free",     "munmap", "map_fixed",
-					      "mremap", "dontneed", "shm"};
+/* The kinds this storm cycles through: every one before punch. */
+#define NKINDS MRN_KIND_PUNCH
 
 static size_t size = 256 << 10;
 static int rounds = 28, do_fork;
-static atomic_int mremap_refused; /* EFAULT: replaced with MAP_FIXED */
-
-/* One buffer and how its memory came to be (malloc, mmap or shm). */
-struct buf {
-	unsigned char *p;
-	enum { FROM_MALLOC, FROM_MMAP, FROM_SHM } from;
-};
 
 static void die(const char *what)
 {
 	fprintf(stderr, "mpi_unmap_storm: %s: %s\n", what, strerror(errno));
 	MPI_Abort(MPI_COMM_WORLD, 2);
-}
-
-/*
- * How a fresh mapping is placed: anywhere; over [at, +size), which the
- * caller owns; or at `at` if that is still free, else anywhere (another
- * thread, ours or the transport's, may have taken the hole meanwhile).
- */
-enum place { ANYWHERE, OVER, AT_IF_FREE };
-
-static void *raw_mmap(void *at, enum place how)
-{
-	const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
-	void *p;
-
-	if (how == OVER) {
-		p = (void *)syscall(SYS_mmap, at, size, prot, flags | MAP_FIXED, -1, 0);
-		if (p != at)
-			die("mmap MAP_FIXED");
-		return p;
-	}
-	if (how == AT_IF_FREE) {
-		p = (void *)syscall(SYS_mmap, at, size, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
-		if (p == at)
-			return p;
-		if (p != MAP_FAILED) /* a kernel without MAP_FIXED_NOREPLACE */
-			syscall(SYS_munmap, p, size);
-	}
-	p = (void *)syscall(SYS_mmap, NULL, size, prot, flags, -1, 0);
-	if (p == MAP_FAILED)
-		die("mmap");
-	return p;
-}
-
-/* Leaves [b->p, +size) unmapped, whatever it was. */
-static void release(struct buf *b)
-{
-	if (b->from == FROM_SHM) {
-		if (syscall(SYS_shmdt, b->p) != 0)
-			die("shmdt");
-	} else if (syscall(SYS_munmap, b->p, size) != 0) {
-		die("munmap");
-	}
-}
-
-/* Replaces the memory under b, at the same address where the kind can. */
-static void replace(struct buf *b, enum kind k)
-{
-	void *tmp;
-	int id;
-
-	if (k == REUSE)
-		return;
-	if (b->from == FROM_MALLOC && k != FREE) {
-		/* The other kinds work on mappings of our own: start one. */
-		free(b->p);
-		b->p = raw_mmap(NULL, ANYWHERE);
-		b->from = FROM_MMAP;
-		return;
-	}
-	switch (k) {
-	case FREE:
-		if (b->from == FROM_MALLOC)
-			free(b->p);
-		else
-			release(b);
-		b->p = malloc(size);
-		if (!b->p)
-			die("malloc");
-		b->from = FROM_MALLOC;
-		break;
-	case MUNMAP:
-		release(b);
-		b->p = raw_mmap(b->p, AT_IF_FREE);
-		b->from = FROM_MMAP;
-		break;
-	case MAP_FIXED_OVER:
-		b->p = raw_mmap(b->p, OVER);
-		b->from = FROM_MMAP;
-		break;
-	case MREMAP:
-		tmp = raw_mmap(NULL, ANYWHERE);
-		if ((void *)syscall(SYS_mremap, b->p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED,
-				    tmp) != tmp) {
-			/*
-			 * EFAULT: the buffer spans more than one VMA (seen once
-			 * with stock UCX, whose fork protection madvises
-			 * registered ranges; not confirmed). Replace it anyway.
-			 */
-			if (errno != EFAULT)
-				die("mremap");
-			atomic_fetch_add(&mremap_refused, 1);
-			syscall(SYS_munmap, tmp, size);
-			b->p = raw_mmap(b->p, OVER);
-			b->from = FROM_MMAP;
-			break;
-		}
-		b->p = raw_mmap(b->p, AT_IF_FREE);
-		if (syscall(SYS_munmap, tmp, size) != 0)
-			die("munmap");
-		b->from = FROM_MMAP;
-		break;
-	case DONTNEED:
-		/* Frees private pages; a shared segment keeps its pages. */
-		if (syscall(SYS_madvise, b->p, size, MADV_DONTNEED) != 0)
-			die("madvise");
-		break;
-	case SHM:
-		id = shmget(IPC_PRIVATE, size, IPC_CREAT | 0600);
-		if (id < 0)
-			die("shmget");
-		if ((void *)syscall(SYS_shmat, id, b->p, SHM_REMAP) != b->p)
-			die("shmat");
-		shmctl(id, IPC_RMID, NULL); /* destroyed at the last detach */
-		b->from = FROM_SHM;
-		break;
-	case REUSE:
-	case NKINDS:
-		break;
-	}
 }
 
 static unsigned char pattern(int thread, int round, int from, size_t i)
@@ -190,19 +54,19 @@ struct worker {
 static void *exchange(void *arg)
 {
 	struct worker *w = arg;
-	struct buf s = {NULL, FROM_MMAP}, r = {NULL, FROM_MMAP};
+	struct mrn_buf s, r;
 	const int peer = 1 - w->rank;
 
-	s.p = raw_mmap(NULL, ANYWHERE);
-	r.p = raw_mmap(NULL, ANYWHERE);
+	mrn_buf_init(&s, size);
+	mrn_buf_init(&r, size);
 	for (int round = 0; round < rounds; round++) {
 		/* Both threads cycle through every kind, out of step. */
-		const enum kind k = (enum kind)((round + 3 * w->thread) % NKINDS);
+		const enum mrn_kind k = (enum mrn_kind)((round + 3 * w->thread) % NKINDS);
 		size_t wrong = 0;
 
 		if (round >= NKINDS) { /* the first pass fills the cache */
-			replace(&s, k);
-			replace(&r, k);
+			mrn_buf_replace(&s, k);
+			mrn_buf_replace(&r, k);
 		}
 		for (size_t i = 0; i < size; i++)
 			s.p[i] = pattern(w->thread, round, w->rank, i);
@@ -214,7 +78,7 @@ static void *exchange(void *arg)
 		if (wrong) {
 			printf("mpi_unmap_storm: rank %d thread %d round %d (%s): %zu of %zu bytes "
 			       "wrong\n",
-			       w->rank, w->thread, round, kind_name[k], wrong, size);
+			       w->rank, w->thread, round, mrn_kind_name[k], wrong, size);
 			w->wrong[k]++;
 		}
 		if (do_fork && w->thread == 0 && round % 4 == 3) {
@@ -258,6 +122,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mpi_unmap_storm: bad arguments\n");
 		return 2;
 	}
+	mrn_replace_die = die;
 	MPI_Init_thread(&argc, &argv, threads > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
 			&provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -288,7 +153,7 @@ int main(int argc, char **argv)
 
 	for (int k = 0; k < NKINDS; k++)
 		mine[k] = w[0].wrong[k] + w[1].wrong[k];
-	mine[NKINDS] = atomic_load(&mremap_refused);
+	mine[NKINDS] = atomic_load(&mrn_mremap_refused);
 	MPI_Reduce(mine, total, NKINDS + 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
 	if (rank == 0) {
 		char line[256];
@@ -297,7 +162,7 @@ int main(int argc, char **argv)
 		for (int k = 0; k < NKINDS; k++) {
 			sum += total[k];
 			n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s %d",
-					      k ? ", " : "", kind_name[k], total[k]);
+					      k ? ", " : "", mrn_kind_name[k], total[k]);
 		}
 		const char *result = sum ? "corrupt" : "correct";
 

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// mrn_ofi_import(): the struct fid_mem_monitor libfabric imports, its ops
+// (start, stop, subscribe, unsubscribe, valid), and the notifier thread
+// that tells libfabric's caches what died. See mrnotify-ofi.h for the
+// contract and watched_ranges.h for why the notify has its own thread.
+#include "log.h"
+#include "monitor.h"
+#include "mrnotify-ofi.h"
+#include "mrnotify.h"
+#include "watched_ranges.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_ext.h>
+
+#include <dlfcn.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace mrn::ofi {
+
+namespace {
+
+// What runs between libfabric's start() and stop(): the kernel monitor, the
+// table, and the thread that notifies.
+class Running {
+public:
+	Running(std::unique_ptr<Monitor> monitor, fid_mem_monitor *fid, int wake_fd)
+	    : monitor_(std::move(monitor)), ranges_(*monitor_, 0), fid_(fid), wake_fd_(wake_fd)
+	{
+		ranges_.set_on_death([this] { wake(); });
+		thread_ = std::thread([this] { notify_loop(); });
+	}
+	~Running()
+	{
+		stopping_.store(true);
+		wake();
+		thread_.join();
+		close(wake_fd_);
+	}
+	Running(const Running &) = delete;
+	Running &operator=(const Running &) = delete;
+
+	WatchedRanges &ranges() { return ranges_; }
+
+	// In a forked child, which has neither the thread nor the parent's
+	// kernel context: close the fds and never be destroyed (no join).
+	void abandon_after_fork()
+	{
+		monitor_->abandon_after_fork();
+		close(wake_fd_);
+	}
+
+private:
+	void wake()
+	{
+		const uint64_t one = 1;
+		if (write(wake_fd_, &one, sizeof(one)) < 0) {
+			// EAGAIN: the counter is full, the thread will wake.
+		}
+	}
+
+	void notify_loop()
+	{
+		pollfd fds[2] = {{monitor_->wait_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+		while (!stopping_.load()) {
+			if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+				log(0, "ofi: poll: %s; the notifier stops (hits still check)",
+				    strerror(errno));
+				return;
+			}
+			if (fds[1].revents & POLLIN) {
+				uint64_t n;
+				if (read(wake_fd_, &n, sizeof(n)) < 0) {
+					// EAGAIN: someone else read it.
+				}
+			}
+			if (stopping_.load())
+				return;
+			ranges_.drain();
+			const std::vector<Range> dead = ranges_.take_dead();
+			for (const Range &r : dead)
+				fid_->import_ops->notify(fid_, reinterpret_cast<void *>(r.addr),
+							 r.len);
+			ranges_.notified(dead);
+		}
+	}
+
+	std::unique_ptr<Monitor> monitor_;
+	WatchedRanges ranges_;
+	fid_mem_monitor *const fid_;
+	const int wake_fd_;
+	std::atomic<bool> stopping_{false};
+	std::thread thread_;
+};
+
+struct Imported {
+	fid_mem_monitor fid{};
+	std::mutex mutex; // start, stop, fork
+	std::unique_ptr<Running> running;
+	// Read on the hit path without the mutex: set by start() before
+	// libfabric's first subscribe, cleared by stop() after its last call.
+	std::atomic<Running *> live{nullptr};
+	bool print_stats = false;
+};
+
+Imported &imported()
+{
+	static Imported *i = new Imported; // never freed: libfabric may call late
+	return *i;
+}
+
+Imported *from_fid(fid_mem_monitor *) { return &imported(); }
+
+int op_start(fid_mem_monitor *fid)
+{
+	Imported &im = *from_fid(fid);
+	std::lock_guard<std::mutex> g(im.mutex);
+	if (im.running)
+		return 0;
+	int err = 0;
+	std::string why;
+	auto monitor = make_kernel_monitor(&err, &why);
+	if (!monitor) {
+		log(0, "ofi: %s; libfabric's MR cache runs without a monitor", why.c_str());
+		return err ? err : -ENODEV;
+	}
+	const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (wake_fd < 0)
+		return -errno;
+	try {
+		im.running = std::make_unique<Running>(std::move(monitor), fid, wake_fd);
+	} catch (const std::exception &e) {
+		close(wake_fd);
+		log(0, "ofi: cannot start the notifier: %s", e.what());
+		return -ENOMEM;
+	}
+	im.live.store(im.running.get(), std::memory_order_release);
+	log(1, "ofi: mrnotify.ko monitors libfabric's MR cache");
+	return 0;
+}
+
+void print_stats(const WatchedStats &s)
+{
+	std::fprintf(stderr,
+		     "libmrnotify: ofi stats: subscribes %llu unsubscribes %llu valid_slow %llu "
+		     "valid_false %llu deaths %llu notified %llu ranges %zu watched %zu\n",
+		     (unsigned long long)s.subscribes, (unsigned long long)s.unsubscribes,
+		     (unsigned long long)s.valid_slow, (unsigned long long)s.valid_false,
+		     (unsigned long long)s.deaths, (unsigned long long)s.notified, s.ranges,
+		     s.watched);
+}
+
+void op_stop(fid_mem_monitor *fid)
+{
+	Imported &im = *from_fid(fid);
+	std::lock_guard<std::mutex> g(im.mutex);
+	if (!im.running)
+		return;
+	if (im.print_stats)
+		print_stats(im.running->ranges().stats());
+	im.live.store(nullptr, std::memory_order_release);
+	im.running.reset();
+}
+
+Running *live(fid_mem_monitor *fid)
+{
+	return from_fid(fid)->live.load(std::memory_order_acquire);
+}
+
+int op_subscribe(fid_mem_monitor *fid, const void *addr, size_t len)
+{
+	Running *r = live(fid);
+	if (!r)
+		return -FI_ENOSYS;
+	return r->ranges().subscribe(reinterpret_cast<uintptr_t>(addr), len);
+}
+
+void op_unsubscribe(fid_mem_monitor *fid, const void *addr, size_t len)
+{
+	if (Running *r = live(fid))
+		r->ranges().unsubscribe(reinterpret_cast<uintptr_t>(addr), len);
+}
+
+bool op_valid(fid_mem_monitor *fid, const void *addr, size_t len)
+{
+	Running *r = live(fid);
+	return r && r->ranges().valid(reinterpret_cast<uintptr_t>(addr), len);
+}
+
+fi_ops_mem_monitor export_ops = {
+	sizeof(fi_ops_mem_monitor), op_start, op_stop, op_subscribe, op_unsubscribe, op_valid,
+};
+
+// The child keeps libfabric's state but not our thread or kernel context:
+// every op then answers "not valid" / "cannot watch", and nothing of the
+// parent's is touched (no ioctl on its context, no join).
+void fork_prepare() { imported().mutex.lock(); }
+void fork_parent() { imported().mutex.unlock(); }
+void fork_child()
+{
+	Imported &im = imported();
+	if (im.running) {
+		im.live.store(nullptr, std::memory_order_release);
+		im.running->abandon_after_fork();
+		(void)im.running.release();
+	}
+	im.mutex.unlock();
+}
+
+// libfabric's entry points, from the copy already loaded in this process
+// (whatever scope it was loaded into): libmrnotify never links it.
+struct Libfabric {
+	uint32_t (*version)(void);
+	int (*open)(uint32_t, const char *, void *, size_t, uint64_t, fid **, void *);
+};
+
+bool find_libfabric(Libfabric *lf)
+{
+	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!h)
+		return false;
+	*reinterpret_cast<void **>(&lf->version) = dlvsym(h, "fi_version", "FABRIC_1.0");
+	*reinterpret_cast<void **>(&lf->open) = dlvsym(h, "fi_open", "FABRIC_1.5");
+	dlclose(h); // it stays: someone else loaded it
+	return lf->version && lf->open;
+}
+
+int do_import()
+{
+	if (const char *v = getenv("MRNOTIFY_VERBOSE"))
+		raise_verbosity(std::atoi(v));
+	Imported &im = imported();
+	const char *s = getenv("MRNOTIFY_STATS");
+	im.print_stats = s && std::strcmp(s, "1") == 0;
+	const char *want = getenv("FI_MR_CACHE_MONITOR");
+	if (want && std::strcmp(want, "disabled") == 0) {
+		log(1, "ofi: FI_MR_CACHE_MONITOR=disabled: not imported");
+		return -ECANCELED;
+	}
+	Libfabric lf;
+	if (!find_libfabric(&lf)) {
+		log(0, "ofi: libfabric.so.1 is not loaded in this process: nothing imported");
+		return -ENOSYS;
+	}
+	const uint32_t v = lf.version();
+	if (FI_VERSION_LT(v, FI_VERSION(1, 13))) {
+		log(0, "ofi: libfabric %u.%u has no monitor import (1.13 and later)", FI_MAJOR(v),
+		    FI_MINOR(v));
+		return -ENOSYS;
+	}
+	// Probe the device now: on a node without it libfabric must keep its
+	// own monitor, which it can only do if nothing was imported.
+	{
+		int err = 0;
+		std::string why;
+		if (!make_kernel_monitor(&err, &why)) {
+			log(0, "ofi: %s; libfabric keeps its own memory monitor", why.c_str());
+			return -ENODEV;
+		}
+	}
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	im.fid.fid.fclass = FI_CLASS_MEM_MONITOR;
+	im.fid.export_ops = &export_ops;
+	// fi_import(), with the fi_open found above.
+	fid *cache_fid = nullptr;
+	int rc = lf.open(FI_VERSION(1, 13), "mr_cache", nullptr, 0, 0, &cache_fid, nullptr);
+	if (rc == 0) {
+		rc = fi_import_fid(cache_fid, &im.fid.fid, 0);
+		fi_close(cache_fid);
+	}
+	if (rc == 0) {
+		log(1, "ofi: imported into libfabric %u.%u", FI_MAJOR(v), FI_MINOR(v));
+		return 0;
+	}
+	log(0, "ofi: libfabric refused the monitor (%s)%s", std::strerror(-rc),
+	    rc == -FI_EBUSY ? ": another monitor was imported first, or a cache already runs" : "");
+	return rc;
+}
+
+} // namespace
+
+} // namespace mrn::ofi
+
+extern "C" int mrn_ofi_import(void)
+{
+	static std::once_flag once;
+	static int result;
+	std::call_once(once, [] { result = mrn::ofi::do_import(); });
+	return result;
+}
+
+extern "C" int mrn_ofi_monitor_stats(struct mrn_ofi_stats *out, size_t size)
+{
+	if (!out || size == 0 || size > sizeof(struct mrn_ofi_stats))
+		return -EINVAL;
+	mrn::ofi::Imported &im = mrn::ofi::imported();
+	std::lock_guard<std::mutex> g(im.mutex);
+	if (!im.running)
+		return -ENODEV;
+	const mrn::ofi::WatchedStats s = im.running->ranges().stats();
+	const struct mrn_ofi_stats full = {s.subscribes, s.unsubscribes, s.valid_slow, s.valid_false,
+				    s.deaths,     s.notified,     s.ranges,     s.watched};
+	std::memcpy(out, &full, size);
+	return 0;
+}
