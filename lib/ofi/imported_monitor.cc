@@ -121,7 +121,10 @@ Imported &imported()
 	return *i;
 }
 
-Imported *from_fid(fid_mem_monitor *) { return &imported(); }
+Imported *from_fid(fid_mem_monitor *)
+{
+	return &imported();
+}
 
 int op_start(fid_mem_monitor *fid)
 {
@@ -206,8 +209,14 @@ fi_ops_mem_monitor export_ops = {
 // The child keeps libfabric's state but not our thread or kernel context:
 // every op then answers "not valid" / "cannot watch", and nothing of the
 // parent's is touched (no ioctl on its context, no join).
-void fork_prepare() { imported().mutex.lock(); }
-void fork_parent() { imported().mutex.unlock(); }
+void fork_prepare()
+{
+	imported().mutex.lock();
+}
+void fork_parent()
+{
+	imported().mutex.unlock();
+}
 void fork_child()
 {
 	Imported &im = imported();
@@ -310,8 +319,9 @@ extern "C" int mrn_ofi_monitor_stats(struct mrn_ofi_stats *out, size_t size)
 	if (!im.running)
 		return -ENODEV;
 	const mrn::ofi::WatchedStats s = im.running->ranges().stats();
-	const struct mrn_ofi_stats full = {s.subscribes, s.unsubscribes, s.valid_slow, s.valid_false,
-				    s.deaths,     s.notified,     s.ranges,     s.watched};
+	const struct mrn_ofi_stats full = {s.subscribes,  s.unsubscribes, s.valid_slow,
+					   s.valid_false, s.deaths,       s.notified,
+					   s.ranges,      s.watched};
 	std::memcpy(out, &full, size);
 	return 0;
 }

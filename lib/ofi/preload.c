@@ -60,7 +60,8 @@ static void import_monitor(void)
 		return;
 	h = open_library();
 	if (!h) {
-		fprintf(stderr, "libmrnotify-ofi-preload: %s; libfabric keeps its own memory monitor\n",
+		fprintf(stderr,
+			"libmrnotify-ofi-preload: %s; libfabric keeps its own memory monitor\n",
 			dlerror());
 		return;
 	}
@@ -89,20 +90,20 @@ static void *next(const char *name, const char *version)
 	return f;
 }
 
-#define FORWARD(ret, name, version, params, args)                                       \
-	ret name params;                                                                  \
-	ret name params                                                                   \
-	{                                                                                 \
-		static ret(*real) params;                                                 \
-		ret(*f) params = __atomic_load_n(&real, __ATOMIC_ACQUIRE);                \
-		before_libfabric();                                                       \
-		if (!f) {                                                                 \
-			*(void **)&f = next(#name, version);                              \
-			if (!f)                                                           \
-				return -38; /* -FI_ENOSYS */                              \
-			__atomic_store_n(&real, f, __ATOMIC_RELEASE);                     \
-		}                                                                         \
-		return f args;                                                            \
+#define FORWARD(ret, name, version, params, args)                                                  \
+	ret name params;                                                                           \
+	ret name params                                                                            \
+	{                                                                                          \
+		static ret(*real) params;                                                          \
+		ret(*f) params = __atomic_load_n(&real, __ATOMIC_ACQUIRE);                         \
+		before_libfabric();                                                                \
+		if (!f) {                                                                          \
+			*(void **)&f = next(#name, version);                                       \
+			if (!f)                                                                    \
+				return -38; /* -FI_ENOSYS */                                       \
+			__atomic_store_n(&real, f, __ATOMIC_RELEASE);                              \
+		}                                                                                  \
+		return f args;                                                                     \
 	}
 
 FORWARD(int, fi_getinfo, "FABRIC_1.3",
@@ -110,10 +111,10 @@ FORWARD(int, fi_getinfo, "FABRIC_1.3",
 	 const struct fi_info *hints, struct fi_info **info),
 	(version, node, service, flags, hints, info))
 FORWARD(int, fi_fabric, "FABRIC_1.1",
-	(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context),
+	(struct fi_fabric_attr * attr, struct fid_fabric **fabric, void *context),
 	(attr, fabric, context))
 FORWARD(int, fi_fabric2, "FABRIC_1.8",
-	(struct fi_info *info, struct fid_fabric **fabric, uint64_t flags, void *context),
+	(struct fi_info * info, struct fid_fabric **fabric, uint64_t flags, void *context),
 	(info, fabric, flags, context))
 FORWARD(int, fi_open, "FABRIC_1.5",
 	(uint32_t version, const char *name, void *attr, size_t attr_len, uint64_t flags,

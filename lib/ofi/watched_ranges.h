@@ -96,9 +96,9 @@ private:
 	struct Record {
 		uint64_t watch_id = 0;
 		uint64_t cookie = 0;
-		uint32_t refs = 0;      // subscribes not unsubscribed
-		uint32_t deaths = 0;    // deaths not notified yet
-		bool watched = false;   // a kernel watch is live for it
+		uint32_t refs = 0;    // subscribes not unsubscribed
+		uint32_t deaths = 0;  // deaths not notified yet
+		bool watched = false; // a kernel watch is live for it
 	};
 	class Sink;
 
@@ -112,13 +112,13 @@ private:
 	const size_t max_ranges_;
 
 	// Written under mutex_, read without it by valid().
-	std::atomic<uint64_t> drained_;     // the generation the last drain reached
+	std::atomic<uint64_t> drained_;        // the generation the last drain reached
 	std::atomic<uint64_t> undelivered_{0}; // deaths marked, not yet notified
 
 	mutable std::mutex mutex_;
 	std::unordered_map<Range, Record, RangeHash> ranges_;
 	std::unordered_map<uint64_t, Range> by_cookie_;
-	std::vector<Range> dead_;        // taken by take_dead()
+	std::vector<Range> dead_; // taken by take_dead()
 	std::function<void()> on_death_;
 	uint64_t next_cookie_ = 1;
 	WatchedStats stats_{};

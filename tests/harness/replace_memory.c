@@ -27,7 +27,11 @@ static void die(const char *what)
  * caller owns; or at `at` if that is still free, else anywhere (another
  * thread, ours or the transport's, may have taken the hole meanwhile).
  */
-enum place { ANYWHERE, OVER, AT_IF_FREE };
+enum place {
+	ANYWHERE,
+	OVER,
+	AT_IF_FREE
+};
 
 static void *raw_mmap(void *at, size_t size, enum place how)
 {

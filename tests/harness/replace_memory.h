@@ -42,7 +42,12 @@ extern const char *const mrn_kind_name[MRN_NKINDS];
 struct mrn_buf {
 	unsigned char *p;
 	size_t size; /* a multiple of the page size */
-	enum { MRN_FROM_MALLOC, MRN_FROM_MMAP, MRN_FROM_SHM, MRN_FROM_MEMFD } from;
+	enum {
+		MRN_FROM_MALLOC,
+		MRN_FROM_MMAP,
+		MRN_FROM_SHM,
+		MRN_FROM_MEMFD
+	} from;
 	int memfd; /* MRN_FROM_MEMFD */
 };
 

@@ -28,7 +28,7 @@
  * setup failure, 77 when the provider is not there.
  */
 #define _GNU_SOURCE
-#include "../harness/replace_memory.h"
+#include "../harness/storm.h"
 
 #include <mrnotify-ofi.h>
 
@@ -45,13 +45,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 static const char *provider = "verbs", *domain_name, *node;
-static size_t size = 256 << 10;
-static int rounds = 32, do_fork, nkinds;
+static struct mrn_storm_options opt = {256 << 10, 32, 1, 0, "correct"};
+static int nkinds;
 static enum mrn_kind kinds[MRN_NKINDS];
 
 static void die(const char *what)
@@ -212,8 +211,8 @@ struct worker {
 static void put(struct mrn_buf *b, const unsigned char *bytes)
 {
 	if (b->from != MRN_FROM_MEMFD)
-		memcpy(b->p, bytes, size);
-	else if (pwrite(b->memfd, bytes, size, 0) != (ssize_t)size)
+		memcpy(b->p, bytes, opt.size);
+	else if (pwrite(b->memfd, bytes, opt.size, 0) != (ssize_t)opt.size)
 		die("pwrite");
 }
 
@@ -221,7 +220,7 @@ static const unsigned char *get(struct mrn_buf *b, unsigned char *scratch)
 {
 	if (b->from != MRN_FROM_MEMFD)
 		return b->p;
-	if (pread(b->memfd, scratch, size, 0) != (ssize_t)size)
+	if (pread(b->memfd, scratch, opt.size, 0) != (ssize_t)opt.size)
 		die("pread");
 	return scratch;
 }
@@ -233,13 +232,14 @@ static void *storm(void *arg)
 	struct mrn_buf s, r;
 	struct fi_context ctx;
 
-	unsigned char *bytes = malloc(size), *zeros = calloc(1, size), *scratch = malloc(size);
+	unsigned char *bytes = malloc(opt.size), *zeros = calloc(1, opt.size),
+		      *scratch = malloc(opt.size);
 
 	if (!bytes || !zeros || !scratch)
 		die("malloc");
-	mrn_buf_init(&s, size);
-	mrn_buf_init(&r, size);
-	for (int round = 0; round < rounds; round++) {
+	mrn_buf_init(&s, opt.size);
+	mrn_buf_init(&r, opt.size);
+	for (int round = 0; round < opt.rounds; round++) {
 		/* Both threads cycle through the kinds, out of step. */
 		const enum mrn_kind k = kinds[(round + 3 * w->thread) % nkinds];
 		struct fid_mr *smr, *rmr;
@@ -251,22 +251,24 @@ static void *storm(void *arg)
 			mrn_buf_replace(&s, k);
 			mrn_buf_replace(&r, k);
 		}
-		for (size_t i = 0; i < size; i++)
+		for (size_t i = 0; i < opt.size; i++)
 			bytes[i] = pattern(w->thread, round, i);
 		put(&s, bytes);
 		put(&r, zeros);
-		check(fi_mr_reg(p->client.domain, s.p, size, FI_WRITE, 0, 0, 0, &smr, NULL),
+		check(fi_mr_reg(p->client.domain, s.p, opt.size, FI_WRITE, 0, 0, 0, &smr, NULL),
 		      "fi_mr_reg (source)");
-		check(fi_mr_reg(p->server.domain, r.p, size, FI_REMOTE_WRITE, 0, 0, 0, &rmr, NULL),
+		check(fi_mr_reg(p->server.domain, r.p, opt.size, FI_REMOTE_WRITE, 0, 0, 0, &rmr,
+				NULL),
 		      "fi_mr_reg (target)");
 		do
-			n = fi_write(p->client.ep, s.p, size, fi_mr_desc(smr), 0,
+			n = fi_write(p->client.ep, s.p, opt.size, fi_mr_desc(smr), 0,
 				     (uint64_t)(uintptr_t)r.p, fi_mr_key(rmr), &ctx);
 		while (n == -FI_EAGAIN);
 		check((int)n, "fi_write");
 		/* Polled: the provider's CQ has no wait object (FI_WAIT_NONE). */
 		for (const time_t give_up = time(NULL) + 10;
-		     (n = fi_cq_read(p->client.cq, &done, 1)) == -FI_EAGAIN && time(NULL) < give_up;)
+		     (n = fi_cq_read(p->client.cq, &done, 1)) == -FI_EAGAIN &&
+		     time(NULL) < give_up;)
 			;
 		if (n != 1) {
 			struct fi_cq_err_entry err = {0};
@@ -278,27 +280,18 @@ static void *storm(void *arg)
 		}
 		const unsigned char *got = get(&r, scratch);
 
-		for (size_t i = 0; i < size; i++)
+		for (size_t i = 0; i < opt.size; i++)
 			wrong += got[i] != bytes[i];
 		if (wrong) {
 			printf("ofi_unmap_storm: thread %d round %d (%s): %zu of %zu bytes wrong\n",
-			       w->thread, round, mrn_kind_name[k], wrong, size);
+			       w->thread, round, mrn_kind_name[k], wrong, opt.size);
 			w->wrong[k]++;
 		}
 		/* Back to the caches, which keep them (leave pinned). */
 		fi_close(&smr->fid);
 		fi_close(&rmr->fid);
-		if (do_fork && w->thread == 0 && round % 4 == 3) {
-			pid_t pid;
-
-			if (system("true") != 0)
-				die("system");
-			pid = fork();
-			if (pid == 0)
-				_exit(0);
-			if (pid < 0 || waitpid(pid, NULL, 0) != pid)
-				die("fork");
-		}
+		if (opt.fork && w->thread == 0 && round % 4 == 3)
+			mrn_fork_and_system();
 	}
 	free(bytes);
 	free(zeros);
@@ -329,8 +322,7 @@ static int parse_kinds(const char *list)
 
 int main(int argc, char **argv)
 {
-	const char *expect = "correct";
-	int threads = 1, import = 0, require = 0;
+	int import = 0, require = 0;
 
 	mrn_replace_die = die;
 	node = getenv("MRN_IP"); /* the guest's address on rxe0's netdev */
@@ -339,20 +331,14 @@ int main(int argc, char **argv)
 	if (parse_kinds("reuse,map_fixed,munmap,mremap,dontneed,shm,punch,free") < 0)
 		return 2;
 	for (int i = 1; i < argc; i++) {
+		if (mrn_storm_option(&opt, argv[i]))
+			continue;
 		if (!strncmp(argv[i], "--provider=", 11))
 			provider = argv[i] + 11;
 		else if (!strncmp(argv[i], "--node=", 7))
 			node = argv[i] + 7;
 		else if (!strncmp(argv[i], "--domain=", 9))
 			domain_name = argv[i] + 9;
-		else if (!strncmp(argv[i], "--size=", 7))
-			size = strtoul(argv[i] + 7, NULL, 0);
-		else if (!strncmp(argv[i], "--rounds=", 9))
-			rounds = atoi(argv[i] + 9);
-		else if (!strncmp(argv[i], "--threads=", 10))
-			threads = atoi(argv[i] + 10);
-		else if (!strcmp(argv[i], "--fork"))
-			do_fork = 1;
 		else if (!strcmp(argv[i], "--import"))
 			import = 1;
 		else if (!strcmp(argv[i], "--require-mrnotify"))
@@ -362,15 +348,12 @@ int main(int argc, char **argv)
 				fprintf(stderr, "ofi_unmap_storm: bad --kinds\n");
 				return 2;
 			}
-		} else if (!strncmp(argv[i], "--expect=", 9))
-			expect = argv[i] + 9;
-		else {
+		} else {
 			fprintf(stderr, "ofi_unmap_storm: unknown argument %s\n", argv[i]);
 			return 2;
 		}
 	}
-	if (threads < 1 || threads > 2 || rounds < 1 || size < 4096 || size % 4096 ||
-	    (strcmp(expect, "correct") && strcmp(expect, "corrupt"))) {
+	if (mrn_storm_options_check(&opt) < 0) {
 		fprintf(stderr, "ofi_unmap_storm: bad arguments\n");
 		return 2;
 	}
@@ -389,35 +372,29 @@ int main(int argc, char **argv)
 	pthread_t tid;
 
 	memset(w, 0, sizeof(w));
-	for (int t = 0; t < threads; t++) {
+	for (int t = 0; t < opt.threads; t++) {
 		const int rc = connect_pair(&w[t].pair);
 
 		if (rc)
 			return rc;
 		w[t].thread = t;
 	}
-	if (threads > 1 && pthread_create(&tid, NULL, storm, &w[1]) != 0)
+	if (opt.threads > 1 && pthread_create(&tid, NULL, storm, &w[1]) != 0)
 		die("pthread_create");
 	storm(&w[0]);
-	if (threads > 1)
+	if (opt.threads > 1)
 		pthread_join(tid, NULL);
 
 	struct mrn_ofi_stats st;
 	const int served = mrn_ofi_monitor_stats(&st, sizeof(st)) == 0;
+	int wrong[MRN_NKINDS], sum = 0;
 	char line[256];
-	size_t len = 0;
-	int sum = 0;
 
-	for (int i = 0; i < nkinds; i++) {
-		const enum mrn_kind k = kinds[i];
-		const int n = w[0].wrong[k] + w[1].wrong[k];
-
-		sum += n;
-		len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s %d", i ? ", " : "",
-					mrn_kind_name[k], n);
-	}
+	for (int k = 0; k < MRN_NKINDS; k++)
+		sum += wrong[k] = w[0].wrong[k] + w[1].wrong[k];
+	mrn_kinds_summary(line, sizeof(line), kinds, nkinds, wrong);
 	const char *result = sum ? "corrupt" : "correct";
-	int ok = !strcmp(result, expect);
+	int ok = !strcmp(result, opt.expect);
 
 	if (served)
 		printf("ofi_unmap_storm: mrnotify's monitor: subscribes %llu, hits refused %llu, "
@@ -430,10 +407,10 @@ int main(int argc, char **argv)
 	}
 	printf("ofi_unmap_storm: %s, %d rounds x %d thread(s) of %zu bytes%s; wrong rounds: %s "
 	       "(mremap refused, MAP_FIXED instead: %d); result: %s (expected %s) %s\n",
-	       provider, rounds, threads, size, do_fork ? ", fork and system()" : "", line,
-	       atomic_load(&mrn_mremap_refused), result, expect, ok ? "PASS" : "FAIL");
+	       provider, opt.rounds, opt.threads, opt.size, opt.fork ? ", fork and system()" : "",
+	       line, atomic_load(&mrn_mremap_refused), result, opt.expect, ok ? "PASS" : "FAIL");
 	fflush(stdout);
-	for (int t = 0; t < threads; t++)
+	for (int t = 0; t < opt.threads; t++)
 		close_pair(&w[t].pair);
 	return ok ? 0 : 1;
 }

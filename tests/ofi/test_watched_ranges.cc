@@ -19,7 +19,7 @@ using mrn::test::FakeMonitor;
 namespace {
 
 constexpr uintptr_t kPage = 4096;
-constexpr uintptr_t kA = 0x10000000;  // a buffer that starts inside a page
+constexpr uintptr_t kA = 0x10000000; // a buffer that starts inside a page
 constexpr size_t kLen = 3 * kPage;
 
 class WatchedRangesTest : public ::testing::Test {
@@ -27,7 +27,10 @@ protected:
 	FakeMonitor kernel;
 	WatchedRanges table{kernel, 0};
 	int woken = 0;
-	void SetUp() override { table.set_on_death([this] { woken++; }); }
+	void SetUp() override
+	{
+		table.set_on_death([this] { woken++; });
+	}
 
 	// What the notifier thread does, minus libfabric.
 	std::vector<Range> notify_all()
@@ -86,17 +89,17 @@ TEST_F(WatchedRangesTest, TwoCachesShareOneWatch)
 // cannot tell the two apart, so it refuses both until the death is notified.
 TEST_F(WatchedRangesTest, ARangeWatchedAgainStaysInvalidUntilItsDeathIsNotified)
 {
-	ASSERT_EQ(table.subscribe(kA, kLen), 0);  // cache A
-	ASSERT_EQ(table.subscribe(kA, kLen), 0);  // cache B
+	ASSERT_EQ(table.subscribe(kA, kLen), 0); // cache A
+	ASSERT_EQ(table.subscribe(kA, kLen), 0); // cache B
 	kernel.unmap(kA, kA + kLen);
-	EXPECT_FALSE(table.valid(kA, kLen));      // A: refused, uncached
-	table.unsubscribe(kA, kLen);              // (2.x)
-	ASSERT_EQ(table.subscribe(kA, kLen), 0);  // A registers the new pages
+	EXPECT_FALSE(table.valid(kA, kLen));     // A: refused, uncached
+	table.unsubscribe(kA, kLen);             // (2.x)
+	ASSERT_EQ(table.subscribe(kA, kLen), 0); // A registers the new pages
 	EXPECT_EQ(kernel.watched(), 1u);
-	EXPECT_FALSE(table.valid(kA, kLen));      // B's stale entry: refused
-	notify_all();                             // every cache drops [kA, +kLen)
-	table.unsubscribe(kA, kLen);              // B's entry (2.x)
-	table.unsubscribe(kA, kLen);              // A's new entry, notified too
+	EXPECT_FALSE(table.valid(kA, kLen)); // B's stale entry: refused
+	notify_all();                        // every cache drops [kA, +kLen)
+	table.unsubscribe(kA, kLen);         // B's entry (2.x)
+	table.unsubscribe(kA, kLen);         // A's new entry, notified too
 	ASSERT_EQ(table.subscribe(kA, kLen), 0);
 	EXPECT_TRUE(table.valid(kA, kLen));
 }
@@ -116,17 +119,17 @@ TEST_F(WatchedRangesTest, WithoutUnsubscribesADeadRangeIsForgottenOnceNotified)
 
 TEST_F(WatchedRangesTest, AFailedSubscribeOfAKnownRangeTakesNoOtherCachesReference)
 {
-	ASSERT_EQ(table.subscribe(kA, kLen), 0);  // cache B
+	ASSERT_EQ(table.subscribe(kA, kLen), 0); // cache B
 	kernel.unmap(kA, kA + kLen);
 	EXPECT_FALSE(table.valid(kA, kLen));
 	kernel.fail_track = -ENOMEM;
-	EXPECT_EQ(table.subscribe(kA, kLen), -ENOMEM);  // cache A
-	table.unsubscribe(kA, kLen);                    // 2.x, right after
+	EXPECT_EQ(table.subscribe(kA, kLen), -ENOMEM); // cache A
+	table.unsubscribe(kA, kLen);                   // 2.x, right after
 	kernel.fail_track = 0;
-	ASSERT_EQ(table.subscribe(kA, kLen), 0);        // cache C
+	ASSERT_EQ(table.subscribe(kA, kLen), 0); // cache C
 	notify_all();
-	ASSERT_EQ(table.subscribe(kA, kLen), 0);        // C again, after notify
-	table.unsubscribe(kA, kLen);                    // B's, late
+	ASSERT_EQ(table.subscribe(kA, kLen), 0); // C again, after notify
+	table.unsubscribe(kA, kLen);             // B's, late
 	// C's entry still has its watch.
 	EXPECT_EQ(kernel.watched(), 1u);
 	EXPECT_TRUE(table.valid(kA, kLen));

@@ -17,7 +17,7 @@
 #define _GNU_SOURCE
 #include <mpi.h>
 
-#include "../harness/replace_memory.h"
+#include "../harness/storm.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -25,14 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* The kinds this storm cycles through: every one before punch. */
 #define NKINDS MRN_KIND_PUNCH
 
-static size_t size = 256 << 10;
-static int rounds = 28, do_fork;
+static struct mrn_storm_options opt = {256 << 10, 28, 1, 0, "correct"};
 
 static void die(const char *what)
 {
@@ -57,9 +55,9 @@ static void *exchange(void *arg)
 	struct mrn_buf s, r;
 	const int peer = 1 - w->rank;
 
-	mrn_buf_init(&s, size);
-	mrn_buf_init(&r, size);
-	for (int round = 0; round < rounds; round++) {
+	mrn_buf_init(&s, opt.size);
+	mrn_buf_init(&r, opt.size);
+	for (int round = 0; round < opt.rounds; round++) {
 		/* Both threads cycle through every kind, out of step. */
 		const enum mrn_kind k = (enum mrn_kind)((round + 3 * w->thread) % NKINDS);
 		size_t wrong = 0;
@@ -68,69 +66,48 @@ static void *exchange(void *arg)
 			mrn_buf_replace(&s, k);
 			mrn_buf_replace(&r, k);
 		}
-		for (size_t i = 0; i < size; i++)
+		for (size_t i = 0; i < opt.size; i++)
 			s.p[i] = pattern(w->thread, round, w->rank, i);
-		memset(r.p, 0, size);
-		MPI_Sendrecv(s.p, (int)size, MPI_BYTE, peer, round, r.p, (int)size, MPI_BYTE, peer,
-			     round, w->comm, MPI_STATUS_IGNORE);
-		for (size_t i = 0; i < size; i++)
+		memset(r.p, 0, opt.size);
+		MPI_Sendrecv(s.p, (int)opt.size, MPI_BYTE, peer, round, r.p, (int)opt.size,
+			     MPI_BYTE, peer, round, w->comm, MPI_STATUS_IGNORE);
+		for (size_t i = 0; i < opt.size; i++)
 			wrong += r.p[i] != pattern(w->thread, round, peer, i);
 		if (wrong) {
 			printf("mpi_unmap_storm: rank %d thread %d round %d (%s): %zu of %zu bytes "
 			       "wrong\n",
-			       w->rank, w->thread, round, mrn_kind_name[k], wrong, size);
+			       w->rank, w->thread, round, mrn_kind_name[k], wrong, opt.size);
 			w->wrong[k]++;
 		}
-		if (do_fork && w->thread == 0 && round % 4 == 3) {
-			pid_t pid;
-
-			if (system("true") != 0)
-				die("system");
-			pid = fork();
-			if (pid == 0)
-				_exit(0);
-			if (pid < 0 || waitpid(pid, NULL, 0) != pid)
-				die("fork");
-		}
+		if (opt.fork && w->thread == 0 && round % 4 == 3)
+			mrn_fork_and_system();
 	}
 	return NULL;
 }
 
 int main(int argc, char **argv)
 {
-	const char *expect = "correct";
-	int threads = 1, provided, rank, nranks;
+	int provided, rank, nranks;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strncmp(argv[i], "--size=", 7))
-			size = strtoul(argv[i] + 7, NULL, 0);
-		else if (!strncmp(argv[i], "--rounds=", 9))
-			rounds = atoi(argv[i] + 9);
-		else if (!strncmp(argv[i], "--threads=", 10))
-			threads = atoi(argv[i] + 10);
-		else if (!strcmp(argv[i], "--fork"))
-			do_fork = 1;
-		else if (!strncmp(argv[i], "--expect=", 9))
-			expect = argv[i] + 9;
-		else {
+		if (!mrn_storm_option(&opt, argv[i])) {
 			fprintf(stderr, "mpi_unmap_storm: unknown argument %s\n", argv[i]);
 			return 2;
 		}
 	}
-	if (threads < 1 || threads > 2 || rounds < 1 || size < 4096 || size % 4096 ||
-	    (strcmp(expect, "correct") && strcmp(expect, "corrupt"))) {
+	if (mrn_storm_options_check(&opt) < 0) {
 		fprintf(stderr, "mpi_unmap_storm: bad arguments\n");
 		return 2;
 	}
 	mrn_replace_die = die;
-	MPI_Init_thread(&argc, &argv, threads > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
+	MPI_Init_thread(&argc, &argv, opt.threads > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
 			&provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	if (nranks != 2 || (threads > 1 && provided < MPI_THREAD_MULTIPLE)) {
+	if (nranks != 2 || (opt.threads > 1 && provided < MPI_THREAD_MULTIPLE)) {
 		if (rank == 0)
 			fprintf(stderr, "mpi_unmap_storm: needs 2 ranks%s\n",
-				threads > 1 ? " and MPI_THREAD_MULTIPLE" : "");
+				opt.threads > 1 ? " and MPI_THREAD_MULTIPLE" : "");
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 
@@ -138,15 +115,15 @@ int main(int argc, char **argv)
 	pthread_t tid;
 
 	memset(w, 0, sizeof(w));
-	for (int t = 0; t < threads; t++) {
+	for (int t = 0; t < opt.threads; t++) {
 		w[t].thread = t;
 		w[t].rank = rank;
 		MPI_Comm_dup(MPI_COMM_WORLD, &w[t].comm);
 	}
-	if (threads > 1 && pthread_create(&tid, NULL, exchange, &w[1]) != 0)
+	if (opt.threads > 1 && pthread_create(&tid, NULL, exchange, &w[1]) != 0)
 		die("pthread_create");
 	exchange(&w[0]);
-	if (threads > 1)
+	if (opt.threads > 1)
 		pthread_join(tid, NULL);
 
 	int mine[NKINDS + 1], total[NKINDS + 1], sum = 0, ok = 1;
@@ -156,26 +133,27 @@ int main(int argc, char **argv)
 	mine[NKINDS] = atomic_load(&mrn_mremap_refused);
 	MPI_Reduce(mine, total, NKINDS + 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
 	if (rank == 0) {
+		enum mrn_kind kinds[NKINDS];
 		char line[256];
-		size_t n = 0;
 
 		for (int k = 0; k < NKINDS; k++) {
+			kinds[k] = (enum mrn_kind)k;
 			sum += total[k];
-			n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s %d",
-					      k ? ", " : "", mrn_kind_name[k], total[k]);
 		}
+		mrn_kinds_summary(line, sizeof(line), kinds, NKINDS, total);
 		const char *result = sum ? "corrupt" : "correct";
 
-		ok = !strcmp(result, expect);
+		ok = !strcmp(result, opt.expect);
 		printf("mpi_unmap_storm: %d rounds x %d thread(s) of %zu bytes each way%s; wrong "
-		       "rank-rounds: %s (mremap refused, MAP_FIXED instead: %d); result: %s (expected %s) "
+		       "rank-rounds: %s (mremap refused, MAP_FIXED instead: %d); result: %s "
+		       "(expected %s) "
 		       "%s\n",
-		       rounds, threads, size, do_fork ? ", fork and system()" : "", line,
-		       total[NKINDS], result, expect, ok ? "PASS" : "FAIL");
+		       opt.rounds, opt.threads, opt.size, opt.fork ? ", fork and system()" : "",
+		       line, total[NKINDS], result, opt.expect, ok ? "PASS" : "FAIL");
 		fflush(stdout);
 	}
 	MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-	for (int t = 0; t < threads; t++)
+	for (int t = 0; t < opt.threads; t++)
 		MPI_Comm_free(&w[t].comm);
 	MPI_Finalize();
 	return ok ? 0 : 1;
