@@ -175,14 +175,17 @@ TEST_F(WatchedRangesTest, NoHitAfterAnUnmapSaysValid)
 		ASSERT_EQ(table.subscribe(kA + i * 4 * kPage, kLen), 0);
 	// seq moves before the hitters are told to stop asking: a hit that
 	// read the same seq before and after ran before any notify.
-	std::atomic<int> unmapped{-1};
+	// unmapped: the range the hitters ask about, once it is unmapped.
+	// asking: set before the unmap, so that the notifier, however early it
+	// drains, waits for the hitters to be done with the range.
+	std::atomic<int> unmapped{-1}, asking{-1};
 	std::atomic<uint64_t> seq{0}, checks{0};
 	std::atomic<bool> done{false}, wrong{false};
 	std::thread notifier([&] {
 		while (!done.load()) {
 			table.drain();
 			const std::vector<Range> dead = table.take_dead();
-			while (!dead.empty() && unmapped.load() >= 0 && !done.load())
+			while (!dead.empty() && asking.load() >= 0 && !done.load())
 				std::this_thread::yield();
 			table.notified(dead);
 		}
@@ -201,6 +204,7 @@ TEST_F(WatchedRangesTest, NoHitAfterAnUnmapSaysValid)
 		});
 	for (int round = 0; round < kRounds; round++) {
 		const int i = round % kRanges;
+		asking.store(i);
 		kernel.unmap(kA + i * 4 * kPage, kA + i * 4 * kPage + kLen);
 		unmapped.store(i);
 		EXPECT_FALSE(table.valid(kA + i * 4 * kPage, kLen)) << "round " << round;
@@ -210,6 +214,7 @@ TEST_F(WatchedRangesTest, NoHitAfterAnUnmapSaysValid)
 		table.unsubscribe(kA + i * 4 * kPage, kLen);
 		seq.fetch_add(1);
 		unmapped.store(-1);
+		asking.store(-1);
 		while (table.stats().notified < static_cast<uint64_t>(round + 1))
 			std::this_thread::yield();
 		ASSERT_EQ(table.subscribe(kA + i * 4 * kPage, kLen), 0);
