@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -31,6 +32,26 @@
 namespace mrn::ofi {
 
 namespace {
+
+// Dead ranges that touch or overlap, merged: each notify takes libfabric's
+// locks and searches every cache's tree, so one munmap() over a thousand
+// cached buffers costs one notify, not a thousand. An entry over a merged
+// gap's neighbour is dropped too, which costs a registration, never data.
+std::vector<Range> coalesce(std::vector<Range> r)
+{
+	std::sort(r.begin(), r.end(),
+		  [](const Range &a, const Range &b) { return a.addr < b.addr; });
+	std::vector<Range> out;
+	for (const Range &x : r) {
+		if (!out.empty() && x.addr <= out.back().addr + out.back().len) {
+			Range &last = out.back();
+			last.len = std::max(last.addr + last.len, x.addr + x.len) - last.addr;
+		} else {
+			out.push_back(x);
+		}
+	}
+	return out;
+}
 
 // What runs between libfabric's start() and stop(): the kernel monitor, the
 // table, and the thread that notifies.
@@ -90,7 +111,7 @@ private:
 				return;
 			ranges_.drain();
 			const std::vector<Range> dead = ranges_.take_dead();
-			for (const Range &r : dead)
+			for (const Range &r : coalesce(dead))
 				fid_->import_ops->notify(fid_, reinterpret_cast<void *>(r.addr),
 							 r.len);
 			ranges_.notified(dead);
@@ -233,6 +254,9 @@ void fork_child()
 struct Libfabric {
 	uint32_t (*version)(void);
 	int (*open)(uint32_t, const char *, void *, size_t, uint64_t, fid **, void *);
+	// The 1.3 versions, which 1.x and 2.x both have: only for fi_ini().
+	int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const fi_info *, fi_info **);
+	void (*freeinfo)(fi_info *);
 };
 
 bool find_libfabric(Libfabric *lf)
@@ -242,8 +266,10 @@ bool find_libfabric(Libfabric *lf)
 		return false;
 	*reinterpret_cast<void **>(&lf->version) = dlvsym(h, "fi_version", "FABRIC_1.0");
 	*reinterpret_cast<void **>(&lf->open) = dlvsym(h, "fi_open", "FABRIC_1.5");
+	*reinterpret_cast<void **>(&lf->getinfo) = dlvsym(h, "fi_getinfo", "FABRIC_1.3");
+	*reinterpret_cast<void **>(&lf->freeinfo) = dlvsym(h, "fi_freeinfo", "FABRIC_1.3");
 	dlclose(h); // it stays: someone else loaded it
-	return lf->version && lf->open;
+	return lf->version && lf->open && lf->getinfo && lf->freeinfo;
 }
 
 int do_import()
@@ -282,6 +308,13 @@ int do_import()
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	im.fid.fid.fclass = FI_CLASS_MEM_MONITOR;
 	im.fid.export_ops = &export_ops;
+	// libfabric initialises itself (fi_ini) at the first fi_getinfo or
+	// fi_fabric, not at fi_open("mr_cache"), and there an explicit
+	// FI_MR_CACHE_MONITOR replaces whatever was imported before (1.17 and
+	// 2.1 alike). Have it done first, so that ours stays.
+	fi_info *all = nullptr;
+	if (lf.getinfo(FI_VERSION(1, 13), nullptr, nullptr, 0, nullptr, &all) == 0)
+		lf.freeinfo(all);
 	// fi_import(), with the fi_open found above.
 	fid *cache_fid = nullptr;
 	int rc = lf.open(FI_VERSION(1, 13), "mr_cache", nullptr, 0, 0, &cache_fid, nullptr);

@@ -90,15 +90,19 @@ static void *next(const char *name, const char *version)
 	return f;
 }
 
-#define FORWARD(ret, name, version, params, args)                                                  \
-	ret name params;                                                                           \
-	ret name params                                                                            \
+/*
+ * FORWARD(ret, cname, name, version, params, args): cname stands in for
+ * name@version and hands the call to libfabric's name@version.
+ */
+#define FORWARD(ret, cname, name, version, params, args)                                           \
+	ret cname params;                                                                          \
+	ret cname params                                                                           \
 	{                                                                                          \
 		static ret(*real) params;                                                          \
 		ret(*f) params = __atomic_load_n(&real, __ATOMIC_ACQUIRE);                         \
 		before_libfabric();                                                                \
 		if (!f) {                                                                          \
-			*(void **)&f = next(#name, version);                                       \
+			*(void **)&f = next(name, version);                                        \
 			if (!f)                                                                    \
 				return -38; /* -FI_ENOSYS */                                       \
 			__atomic_store_n(&real, f, __ATOMIC_RELEASE);                              \
@@ -106,17 +110,24 @@ static void *next(const char *name, const char *version)
 		return f args;                                                                     \
 	}
 
-FORWARD(int, fi_getinfo, "FABRIC_1.3",
-	(uint32_t version, const char *node, const char *service, uint64_t flags,
-	 const struct fi_info *hints, struct fi_info **info),
-	(version, node, service, flags, hints, info))
-FORWARD(int, fi_fabric, "FABRIC_1.1",
+#define GETINFO_PARAMS                                                                             \
+	(uint32_t version, const char *node, const char *service, uint64_t flags,                  \
+	 const struct fi_info *hints, struct fi_info **info)
+#define GETINFO_ARGS (version, node, service, flags, hints, info)
+
+/* Binaries built against libfabric 1.x bind fi_getinfo@FABRIC_1.3, those
+ * built against 2.x fi_getinfo@FABRIC_1.8 (its struct fi_info is larger). */
+FORWARD(int, getinfo_1_3, "fi_getinfo", "FABRIC_1.3", GETINFO_PARAMS, GETINFO_ARGS)
+__asm__(".symver getinfo_1_3, fi_getinfo@FABRIC_1.3");
+FORWARD(int, getinfo_1_8, "fi_getinfo", "FABRIC_1.8", GETINFO_PARAMS, GETINFO_ARGS)
+__asm__(".symver getinfo_1_8, fi_getinfo@@FABRIC_1.8");
+FORWARD(int, fi_fabric, "fi_fabric", "FABRIC_1.1",
 	(struct fi_fabric_attr * attr, struct fid_fabric **fabric, void *context),
 	(attr, fabric, context))
-FORWARD(int, fi_fabric2, "FABRIC_1.8",
+FORWARD(int, fi_fabric2, "fi_fabric2", "FABRIC_1.8",
 	(struct fi_info * info, struct fid_fabric **fabric, uint64_t flags, void *context),
 	(info, fabric, flags, context))
-FORWARD(int, fi_open, "FABRIC_1.5",
+FORWARD(int, fi_open, "fi_open", "FABRIC_1.5",
 	(uint32_t version, const char *name, void *attr, size_t attr_len, uint64_t flags,
 	 struct fid **fid, void *context),
 	(version, name, attr, attr_len, flags, fid, context))

@@ -24,8 +24,8 @@
 #
 # Usage: check-debug-kernel.sh --srcdir DIR --builddir DIR
 # The kernel is used when cached; it is built first when
-# MRNOTIFY_DEBUG_KERNEL=build (80 min on 2 busy cores), and the lane is
-# SKIPPED (not passed) otherwise. Results: <builddir>/tests/
+# MRNOTIFY_DEBUG_KERNEL=build (25 to 80 min on 2 cores), and the lane is
+# SKIPPED (not passed) otherwise, and when MRNOTIFY_DEBUG_KERNEL=skip. Results: <builddir>/tests/
 # kernel-results-debug/ (N.out / N.rc, or status.log; read by
 # tests/harness/test-summary.sh).
 set -u -o pipefail
@@ -46,6 +46,11 @@ rm -rf "$res" && mkdir -p "$res" || exit 2
 skip_lane() { tap_file "$res/status.log" skip "kernel-debug: $*"; exit 0; }
 fail_lane() { tap_file "$res/status.log" fail "kernel-debug: $*"; exit 1; }
 
+# ./quickstart.sh test asks for "skip" unless told otherwise: the lane takes
+# about 40 minutes of guest time on 2 cores (2026-12-02), more than CI's
+# budget leaves.
+[ "${MRNOTIFY_DEBUG_KERNEL:-}" = skip ] &&
+	skip_lane "not asked for (about 40 min; MRNOTIFY_DEBUG_KERNEL=run or build runs it)"
 if [ "${MRNOTIFY_DEBUG_KERNEL:-}" = build ]; then
 	"$harness/debug-kernel.sh" build
 	case $? in
@@ -75,10 +80,11 @@ t=$builddir/tests
 # fewer (MRNOTIFY_FUZZ_OPS sets it; docs/kernel-abi.md has the full run).
 fuzz_ops=${MRNOTIFY_FUZZ_OPS:-200000}
 commands=(kernel/mrn_abi_test kernel/mrn_unmap_test kernel/mrn_process_test
-	# Not the memory-per-registration figure: KASAN's redzones make every
-	# slab object larger here (189 bytes against 123); it is checked on
-	# Debian's kernels.
-	'kernel/mrn_stress_test --gtest_filter=-Scale.MillionRegistrationsInOneContext'
+	# Not the memory-per-registration figures: KASAN's redzones make every
+	# slab object larger here (189 bytes against 123), and its quarantine
+	# keeps freed ones (sparse ids: 850 bytes a registration, 2026-12-02);
+	# they are checked on Debian's kernels.
+	'kernel/mrn_stress_test --gtest_filter=-Scale.MillionRegistrationsInOneContext:Scale.SparseLiveIdsCostWhatDenseOnesDo'
 	lib/guest/test_watch
 	"kernel/mrn_race_fuzz --ops $fuzz_ops --threads 4"
 	'kernel/mrn_race_fuzz --ops 20000 --threads 4 --fail-slab 5 --seed 2'

@@ -7,6 +7,9 @@
 #   mrnotify_import   mrn_ofi_import() before the first domain; every kind,
 #                     two threads, fork and system(): no byte wrong
 #   mrnotify_preload  the same through mrnotify-ofi-run, one thread
+#   mrnotify_over_env mrn_ofi_import() with FI_MR_CACHE_MONITOR=memhooks set:
+#                     ours must still serve (libfabric's fi_ini would put
+#                     memhooks back over an import made before it)
 #   memhooks_raw      negative control: libfabric's memhooks monitor (1.17's
 #                     default) against raw system calls: must corrupt
 #   uffd_punch        negative control: libfabric's userfaultfd monitor
@@ -56,6 +59,10 @@ run_case() {
 	mrnotify_preload)
 		storm_case "$1: mrnotify's monitor through mrnotify-ofi-run, every kind" \
 			sh "$lib/mrnotify-ofi-run" $storm --require-mrnotify --rounds=32 ;;
+	mrnotify_over_env)
+		storm_case "$1: mrnotify's monitor although FI_MR_CACHE_MONITOR=memhooks is set" \
+			env FI_MR_CACHE_MONITOR=memhooks $storm --import --require-mrnotify \
+			--kinds=reuse,$raw --rounds=24 ;;
 	memhooks_raw)
 		storm_case "$1: libfabric's memhooks monitor misses raw system calls (negative control)" \
 			env FI_MR_CACHE_MONITOR=memhooks $storm --kinds=reuse,$raw --rounds=24 --expect=corrupt ;;
@@ -72,7 +79,8 @@ run_case() {
 	esac
 }
 
-[ $# -gt 0 ] || set -- mrnotify_import mrnotify_preload memhooks_raw uffd_punch untouched
+[ $# -gt 0 ] || set -- mrnotify_import mrnotify_preload mrnotify_over_env memhooks_raw uffd_punch \
+	untouched
 for c in "$@"; do
 	run_case "$c"
 done
