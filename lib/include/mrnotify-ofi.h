@@ -49,6 +49,7 @@ extern "C" {
  *              1.13 (no import interface), or libmrnotify was built
  *              without libfabric's headers
  *   -ECANCELED FI_MR_CACHE_MONITOR=disabled: no MR cache is wanted
+ *   -EINVAL    a bad MRNOTIFY_* value (mrn_config_init names it)
  * Thread safe; the first call decides.
  */
 int mrn_ofi_import(void);

@@ -274,11 +274,14 @@ bool find_libfabric(Libfabric *lf)
 
 int do_import()
 {
-	if (const char *v = getenv("MRNOTIFY_VERBOSE"))
-		raise_verbosity(std::atoi(v));
+	// The library's one reading of MRNOTIFY_* (a bad value is an error,
+	// named on stderr); only the verbosity and the statistics apply here.
+	mrn_config cfg;
+	if (mrn_config_init(&cfg) < 0)
+		return -EINVAL;
+	raise_verbosity(cfg.verbose);
 	Imported &im = imported();
-	const char *s = getenv("MRNOTIFY_STATS");
-	im.print_stats = s && std::strcmp(s, "1") == 0;
+	im.print_stats = cfg.print_stats;
 	const char *want = getenv("FI_MR_CACHE_MONITOR");
 	if (want && std::strcmp(want, "disabled") == 0) {
 		log(1, "ofi: FI_MR_CACHE_MONITOR=disabled: not imported");

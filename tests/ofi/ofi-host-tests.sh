@@ -49,6 +49,10 @@ else
 	MRNOTIFY_OFI=0 sh "$run" fi_info -p tcp >/dev/null 2>"$tmp/off.err"
 	check "MRNOTIFY_OFI=0: nothing imported, nothing said" \
 		sh -c "! grep -q libmrnotify '$tmp/off.err'"
+	MRNOTIFY_VERBOSE=9 sh "$run" fi_info -p tcp >"$tmp/bad" 2>"$tmp/bad.err"
+	show "$tmp/bad.err"
+	check "a bad MRNOTIFY_VERBOSE is named, nothing imported, and fi_info still runs" \
+		sh -c "grep -q MRNOTIFY_VERBOSE '$tmp/bad.err' && cmp -s '$tmp/plain' '$tmp/bad'"
 	FI_MR_CACHE_MONITOR=disabled MRNOTIFY_VERBOSE=1 sh "$run" fi_info -p tcp >/dev/null 2>"$tmp/dis.err"
 	show "$tmp/dis.err"
 	check "FI_MR_CACHE_MONITOR=disabled is honoured" \
