@@ -65,6 +65,16 @@ void mrn_buf_init(struct mrn_buf *b, size_t size)
 	b->memfd = -1;
 }
 
+/* The memfd of a buffer that no longer maps it (the mapping, if still
+ * there, keeps the file alive until it goes). */
+static void forget_memfd(struct mrn_buf *b)
+{
+	if (b->from == MRN_FROM_MEMFD) {
+		close(b->memfd);
+		b->memfd = -1;
+	}
+}
+
 /* Leaves [b->p, +size) unmapped, whatever it was. */
 static void release(struct mrn_buf *b)
 {
@@ -74,10 +84,7 @@ static void release(struct mrn_buf *b)
 	} else if (syscall(SYS_munmap, b->p, b->size) != 0) {
 		die("munmap");
 	}
-	if (b->from == MRN_FROM_MEMFD) {
-		close(b->memfd);
-		b->memfd = -1;
-	}
+	forget_memfd(b);
 }
 
 /* A shared memfd mapped over the buffer (MAP_FIXED), for punch. */
@@ -90,8 +97,8 @@ static void map_memfd_over(struct mrn_buf *b)
 	if (b->from == MRN_FROM_MALLOC) {
 		free(b->p);
 		b->p = raw_mmap(NULL, b->size, ANYWHERE);
-	} else if (b->from == MRN_FROM_MEMFD) {
-		close(b->memfd);
+	} else {
+		forget_memfd(b);
 	}
 	if ((void *)syscall(SYS_mmap, b->p, b->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 			    fd, 0) != b->p)
@@ -136,10 +143,7 @@ void mrn_buf_replace(struct mrn_buf *b, enum mrn_kind k)
 		b->from = MRN_FROM_MMAP;
 		break;
 	case MRN_KIND_MAP_FIXED:
-		if (b->from == MRN_FROM_MEMFD) {
-			close(b->memfd);
-			b->memfd = -1;
-		}
+		forget_memfd(b);
 		b->p = raw_mmap(b->p, size, OVER);
 		b->from = MRN_FROM_MMAP;
 		break;
@@ -162,10 +166,7 @@ void mrn_buf_replace(struct mrn_buf *b, enum mrn_kind k)
 			if (syscall(SYS_munmap, tmp, size) != 0)
 				die("munmap");
 		}
-		if (b->from == MRN_FROM_MEMFD) {
-			close(b->memfd);
-			b->memfd = -1;
-		}
+		forget_memfd(b);
 		b->from = MRN_FROM_MMAP;
 		break;
 	case MRN_KIND_DONTNEED:
@@ -180,10 +181,7 @@ void mrn_buf_replace(struct mrn_buf *b, enum mrn_kind k)
 		if ((void *)syscall(SYS_shmat, id, b->p, SHM_REMAP) != b->p)
 			die("shmat");
 		shmctl(id, IPC_RMID, NULL); /* destroyed at the last detach */
-		if (b->from == MRN_FROM_MEMFD) {
-			close(b->memfd);
-			b->memfd = -1;
-		}
+		forget_memfd(b);
 		b->from = MRN_FROM_SHM;
 		break;
 	case MRN_KIND_PUNCH:
