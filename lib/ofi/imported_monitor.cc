@@ -175,15 +175,15 @@ int op_start(fid_mem_monitor *fid)
 	return 0;
 }
 
-void print_stats(const WatchedStats &s)
+void print_stats(const mrn_ofi_stats &s)
 {
 	std::fprintf(stderr,
 		     "libmrnotify: ofi stats: subscribes %llu unsubscribes %llu valid_slow %llu "
-		     "valid_false %llu deaths %llu notified %llu ranges %zu watched %zu\n",
+		     "valid_false %llu deaths %llu notified %llu ranges %llu watched %llu\n",
 		     (unsigned long long)s.subscribes, (unsigned long long)s.unsubscribes,
 		     (unsigned long long)s.valid_slow, (unsigned long long)s.valid_false,
-		     (unsigned long long)s.deaths, (unsigned long long)s.notified, s.ranges,
-		     s.watched);
+		     (unsigned long long)s.deaths, (unsigned long long)s.notified,
+		     (unsigned long long)s.ranges, (unsigned long long)s.watched);
 }
 
 void op_stop(fid_mem_monitor *fid)
@@ -354,10 +354,7 @@ extern "C" int mrn_ofi_monitor_stats(struct mrn_ofi_stats *out, size_t size)
 	std::lock_guard<std::mutex> g(im.mutex);
 	if (!im.running)
 		return -ENODEV;
-	const mrn::ofi::WatchedStats s = im.running->ranges().stats();
-	const struct mrn_ofi_stats full = {s.subscribes,  s.unsubscribes, s.valid_slow,
-					   s.valid_false, s.deaths,       s.notified,
-					   s.ranges,      s.watched};
+	const struct mrn_ofi_stats full = im.running->ranges().stats();
 	std::memcpy(out, &full, size);
 	return 0;
 }

@@ -179,10 +179,10 @@ void WatchedRanges::notified(const std::vector<Range> &done)
 	}
 }
 
-WatchedStats WatchedRanges::stats() const
+mrn_ofi_stats WatchedRanges::stats() const
 {
 	std::lock_guard<std::mutex> g(mutex_);
-	WatchedStats s = stats_;
+	mrn_ofi_stats s = stats_;
 	s.ranges = ranges_.size();
 	s.watched = by_cookie_.size();
 	return s;

@@ -24,6 +24,7 @@
 #define MRN_OFI_WATCHED_RANGES_H
 
 #include "monitor.h"
+#include "mrnotify-ofi.h"
 
 #include <atomic>
 #include <cstddef>
@@ -48,11 +49,6 @@ struct RangeHash {
 		// Buffers are aligned and lengths repeat: mix both.
 		return std::hash<uint64_t>()(r.addr * 0x9e3779b97f4a7c15ULL ^ r.len);
 	}
-};
-
-struct WatchedStats {
-	uint64_t subscribes, unsubscribes, valid_slow, valid_false, deaths, notified;
-	size_t ranges, watched;
 };
 
 class WatchedRanges {
@@ -90,7 +86,8 @@ public:
 	// Those ranges have been notified: every cache dropped them.
 	void notified(const std::vector<Range> &done);
 
-	WatchedStats stats() const;
+	// The counts mrn_ofi_monitor_stats() hands out.
+	mrn_ofi_stats stats() const;
 
 private:
 	struct Record {
@@ -121,7 +118,7 @@ private:
 	std::vector<Range> dead_; // taken by take_dead()
 	std::function<void()> on_death_;
 	uint64_t next_cookie_ = 1;
-	WatchedStats stats_{};
+	mrn_ofi_stats stats_{};
 };
 
 } // namespace mrn::ofi
