@@ -173,9 +173,12 @@ TEST_F(WatchedRangesTest, NoHitAfterAnUnmapSaysValid)
 	constexpr int kRanges = 64, kRounds = 2000;
 	for (int i = 0; i < kRanges; i++)
 		ASSERT_EQ(table.subscribe(kA + i * 4 * kPage, kLen), 0);
-	// seq moves before the hitters are told to stop asking: a hit that
-	// read the same seq before and after ran before any notify.
 	// unmapped: the range the hitters ask about, once it is unmapped.
+	// seq moves after unmapped is cleared and before the range is watched
+	// again: a hitter that read unmapped == i read seq before the move, so
+	// a hit on i that saw the same seq before and after asked while i was
+	// dead (had seq moved first, a hitter could read the new seq, then i,
+	// then ask after the range was legitimately watched again).
 	// asking: set before the unmap, so that the notifier, however early it
 	// drains, waits for the hitters to be done with the range.
 	std::atomic<int> unmapped{-1}, asking{-1};
@@ -212,8 +215,8 @@ TEST_F(WatchedRangesTest, NoHitAfterAnUnmapSaysValid)
 			std::this_thread::yield();
 		// The cache registers it again (2.x order: unsubscribe first).
 		table.unsubscribe(kA + i * 4 * kPage, kLen);
-		seq.fetch_add(1);
 		unmapped.store(-1);
+		seq.fetch_add(1);
 		asking.store(-1);
 		while (table.stats().notified < static_cast<uint64_t>(round + 1))
 			std::this_thread::yield();
