@@ -36,6 +36,9 @@ check "mrnotify-check exits 0 with the module loaded (got $rc)" [ $rc -eq 0 ]
 check "mrnotify-check: loaded: yes" grep -q '^  loaded: yes' "$tmp/check.txt"
 check "mrnotify-check: a cache picks the kernel monitor" grep -q '^  picked: kernel' "$tmp/check.txt"
 check "mrnotify-check: the UCX plugin is supported here" grep -q '^  probe: .*: supported' "$tmp/check.txt"
+check "mrnotify-check: libfabric can import mrnotify's monitor here (no problem in its section)" \
+	sh -c "sed -n '/^\[libfabric\]/,/^\[/p' '$tmp/check.txt' | grep -q '^  libfabric: [1-9]' &&
+		! sed -n '/^\[libfabric\]/,/^\[/p' '$tmp/check.txt' | grep -q PROBLEM"
 mrnotify-check --json >"$tmp/check.json"
 check "mrnotify-check --json: status ok, ABI of the running module" python3 -c '
 import json, sys
@@ -80,6 +83,20 @@ check "mpirun over btl/ofi after module load exits 0 (got $rc)" [ $rc -eq 0 ]
 n=$(grep -c 'monitor kernel' "$tmp/ob1")
 check "each rank's grdma is mrnotify's with the kernel monitor ($n of $NP)" [ "$n" -ge $NP ]
 [ $rc -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$tmp/ob1"
+# The same job as libfabric sees it: the module preloads libfabric's
+# monitor, which imports ours inside Open MPI's own fi_open("mr_cache")
+# (Open MPI imports its hook-fed monitor when its memory hooks are on), so
+# each rank's libfabric has exactly one monitor, ours, and the job runs.
+job "timeout 600 mpirun $root_opt --oversubscribe -np $NP --mca pml ob1 --mca btl self,ofi \
+	--mca btl_ofi_mode 2 --mca btl_ofi_provider_include sockets --mca osc ^rdma \
+	-x MRNOTIFY_VERBOSE=1 $mpi_test --iters 1 --no-osc" >"$tmp/ofi" 2>&1
+rc=$?
+grep 'libmrnotify.*ofi' "$tmp/ofi" | head -n 6 | sed 's/^/    /'
+n=$(grep -c 'ofi: imported into libfabric' "$tmp/ofi")
+refused=$(grep -c 'refused the monitor' "$tmp/ofi")
+check "btl/ofi after module load: each rank's libfabric took mrnotify's monitor ($n of $NP, $refused refused), the job exits 0 (got $rc)" \
+	test $rc -eq 0 -a "$n" -ge $NP -a "$refused" -eq 0
+[ $rc -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$tmp/ofi"
 
 # UCX's path: pml/ucx over shared memory, the plugin preloaded by the module.
 # pml/ucx only takes mlx* devices unless told (pml_ucx_tls, pml_ucx_devices).

@@ -7,8 +7,8 @@
 #                                  chroot): load prints one notice, sets
 #                                  nothing, every command still runs
 #   modulefile-checks.sh with      the device is usable (the guest): load
-#                                  sets the Open MPI and UCX variables
-#                                  quietly, unload removes them
+#                                  sets the Open MPI, UCX and libfabric
+#                                  variables quietly, unload removes them
 #   modulefile-checks.sh control   the negative control: the README's old
 #                                  unconditional snippet, checked as
 #                                  "without": its checks must fail
@@ -94,8 +94,11 @@ for sys in $systems; do
 		done
 		check "$name: the shadow directory first in the component path" \
 			grep -qE '^OMPI_MCA_mca_base_component_path=/usr/lib/[^:]*/mrnotify/grdma-shadow:SYS_DEFAULT:USER_DEFAULT$' "$tmp/out"
-		check "$name: the preloaded plugin exists" \
-			sh -c "test -f \"\$(sed -n 's/^LD_PRELOAD=//p' '$tmp/out')\""
+		preload=$(sed -n 's/^LD_PRELOAD=//p' "$tmp/out")
+		check "$name: every preloaded object exists ($preload)" \
+			sh -c 'for f in $(echo "$1" | tr ":" " "); do test -f "$f" || exit 1; done' sh "$preload"
+		check "$name: libfabric's monitor preloaded (libmrnotify-ofi-preload.so)" \
+			sh -c "echo '$preload' | tr ':' '\n' | grep -q '/libmrnotify-ofi-preload\.so\$'"
 		# Unload restores the environment.
 		in_module_shell $sys 'module load mrnotify; module unload mrnotify; env | grep -E "^('"$VARS"')=" | sort; true' \
 			>"$tmp/out2" 2>"$tmp/err2"

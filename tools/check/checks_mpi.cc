@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Whether this node's Open MPI and UCX can use the component and the plugin.
+// Whether this node's Open MPI, UCX and libfabric can use the component, the
+// plugin and the imported monitor.
 #include "node_facts.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -218,6 +221,50 @@ Section check_ucx(const Paths &paths)
 		const char *v = getenv(var);
 		s.add(var, v ? v : "(unset)");
 	}
+	return s;
+}
+
+Section check_ofi(const Paths &paths)
+{
+	Section s("libfabric");
+	if (!is_file(paths.ofi_preload)) {
+		s.skipped = true;
+		s.notes.push_back("libfabric's monitor is not installed (mrnotify-ofi)");
+		return s;
+	}
+	s.add("preload", paths.ofi_preload);
+	// The libfabric programs on this node get: fi_version() needs no
+	// initialisation (fi_ini runs at the first fi_getinfo, not at load).
+	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		s.add("libfabric", "(none)");
+		s.notes.push_back("libfabric is not installed: no program here has an MR cache to monitor");
+		return s;
+	}
+	uint32_t (*version)(void) = nullptr;
+	*reinterpret_cast<void **>(&version) = dlsym(h, "fi_version");
+	const uint32_t v = version ? version() : 0;
+	dlclose(h);
+	// FI_VERSION(major, minor) is major << 16 | minor.
+	const unsigned major = v >> 16, minor = v & 0xffff;
+	s.add("libfabric", std::to_string(major) + "." + std::to_string(minor));
+	if (v < (1u << 16 | 13))
+		s.problems.push_back("libfabric " + std::to_string(major) + "." +
+				     std::to_string(minor) +
+				     " cannot import a memory monitor (1.13 and later): its own "
+				     "monitor stays");
+	const char *monitor = getenv("FI_MR_CACHE_MONITOR");
+	s.add("FI_MR_CACHE_MONITOR", monitor ? monitor : "(unset)");
+	if (monitor && std::string(monitor) == "disabled")
+		s.notes.push_back("FI_MR_CACHE_MONITOR=disabled: libfabric caches nothing, and "
+				  "nothing is imported");
+	const char *off = getenv("MRNOTIFY_OFI");
+	if (off && std::string(off) == "0")
+		s.notes.push_back("MRNOTIFY_OFI=0: the preload imports nothing");
+	const char *preload = getenv("LD_PRELOAD");
+	s.add("preloaded_here",
+	      preload && std::string(preload).find(paths.ofi_preload) != std::string::npos ? "yes"
+											   : "no");
 	return s;
 }
 

@@ -33,11 +33,11 @@ void usage(std::FILE *to)
 		     "                      [--sysfs DIR] [--mca-params FILE]\n"
 		     "Reports whether mrnotify.ko is loaded (version, ABI), the device's\n"
 		     "permissions, limits and usage, which monitor a registration cache would\n"
-		     "pick and why, and whether Open MPI and UCX can use the mrnotify component\n"
-		     "and plugin.\n"
+		     "pick and why, and whether Open MPI, UCX and libfabric can use the mrnotify\n"
+		     "component, plugin and monitor.\n"
 		     "  --json        machine-readable output\n"
 		     "  --quiet       print nothing; the exit status says it\n"
-		     "  --no-mpi      skip the Open MPI and UCX checks\n"
+		     "  --no-mpi      skip the Open MPI, UCX and libfabric checks\n"
 		     "  --device PATH the device (default %s)\n"
 		     "  --sysfs DIR   where sysfs is mounted (default /sys)\n"
 		     "  --mca-params FILE\n"
@@ -124,7 +124,10 @@ void print_text(const std::vector<Section> &sections, int status)
 int run(int argc, char **argv)
 {
 	bool json = false, quiet = false, mpi = true;
-	mrn::check::Paths paths{MRN_DEVICE_PATH, "/sys", MRN_CHECK_PKGLIBDIR "/libmrnotify-ucx.so",
+	mrn::check::Paths paths{MRN_DEVICE_PATH,
+				"/sys",
+				MRN_CHECK_PKGLIBDIR "/libmrnotify-ucx.so",
+				MRN_CHECK_PKGLIBDIR "/libmrnotify-ofi-preload.so",
 				MRN_CHECK_PKGLIBDIR "/grdma-shadow",
 				"/etc/openmpi/openmpi-mca-params.conf"};
 	for (int i = 1; i < argc; ++i) {
@@ -174,6 +177,7 @@ int run(int argc, char **argv)
 	if (mpi) {
 		sections.push_back(mrn::check::check_openmpi(paths));
 		sections.push_back(mrn::check::check_ucx(paths));
+		sections.push_back(mrn::check::check_ofi(paths));
 	}
 	int status = kExitOk;
 	for (const auto &s : sections)

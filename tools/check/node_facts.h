@@ -37,6 +37,7 @@ struct Paths {
 	std::string device;   // /dev/mrnotify (MRN_DEVICE_PATH)
 	std::string sysfs;    // /sys
 	std::string plugin;   // the installed libmrnotify-ucx.so
+	std::string ofi_preload; // the installed libmrnotify-ofi-preload.so
 	std::string shadow;   // the installed grdma-shadow directory
 	std::string mca_conf; // Open MPI's openmpi-mca-params.conf
 };
@@ -56,5 +57,6 @@ Section check_device(const Paths &paths);
 Section check_monitor();
 Section check_openmpi(const Paths &paths);
 Section check_ucx(const Paths &paths);
+Section check_ofi(const Paths &paths);
 
 } // namespace mrn::check
