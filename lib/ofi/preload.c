@@ -3,13 +3,14 @@
  * libmrnotify-ofi-preload.so: what mrnotify-ofi-run(1) preloads. It stands
  * in for the libfabric calls that come before any registration cache can
  * exist (fi_getinfo, fi_fabric, fi_fabric2, fi_open), imports mrnotify's
- * monitor at the first of them (mrn_ofi_import, in libmrnotify), and hands every call to
- * libfabric unchanged.
+ * monitor at the first of them (mrn_ofi_import, in libmrnotify), and hands
+ * every call to libfabric unchanged.
  *
  * It links nothing but libc: a process that never calls libfabric loads
- * neither libfabric nor libmrnotify, and runs as if nothing was preloaded. Open MPI's own import (opal/common/ofi, with its memory hooks
- * active) calls fi_open("mr_cache") first; ours runs inside that first call
- * and wins, and Open MPI's then finds the place taken and goes without.
+ * neither libfabric nor libmrnotify, and runs as if nothing was preloaded.
+ * Open MPI's own import (opal/common/ofi, with its memory hooks active) comes
+ * after its first fi_getinfo(), where ours is made: Open MPI's then finds the
+ * place taken and goes without (it logs that at verbose level only).
  *
  * The definitions carry libfabric's symbol versions (libmrnotify-ofi-
  * preload.map), so that binaries linked against libfabric bind to them.
