@@ -1,7 +1,7 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
 # mrnotify.ko loaded (tests/harness/run-in-guest.sh --module .../mrnotify.ko).
 #
-#   sh tests/mca/guest.sh [api|rxe|mpi|demo|probe|bench|patterns ...]   (default: api rxe mpi)
+#   sh tests/mca/guest.sh [api|rxe|mpi|uct|demo|probe|bench|patterns ...]   (default: api rxe mpi uct)
 #
 #   bench     (figures, make bench-guest) bench/rcache_bench hits: the hit
 #         path of grdma and the component, kernel monitor
@@ -14,6 +14,13 @@
 #   rxe   rcache_rxe_test on rxe0 (run-in-guest.sh --rxe): the rcache API
 #         over ibv_reg_mr and RDMA WRITE; grdma loses a write after a raw
 #         remap (the blind negative control), ours does not
+#   uct   Open MPI 5's btl/uct over rxe0 (ob1; it asks for "grdma" by name
+#         and pins through UCX's verbs memory domain): the MPI storm
+#         (tests/ucx/mpi_unmap_storm: fork and system() between rounds)
+#         with our cache serving grdma, kernel monitor, no hooks (one and
+#         two threads); the negative control, stock grdma with Open MPI's
+#         hooks on against raw system calls, must corrupt. Skipped
+#         where Open MPI has no btl/uct (4.1.4's refuses UCX after 1.8)
 #   demo  the same job, showing the statistics each rank prints at finalize
 #   probe (evidence, not a test) what Open MPI 4.1's transports that use an
 #         rcache do over rxe0: btl/openib, btl/ofi with verbs;ofi_rxm
@@ -145,6 +152,60 @@ run_demo() {
 	sed -n 's/^mpi_rcache_test: \(rank [0-9]* ok.*\)/   \1/p; s/^\(.* stats cache=.*\)/   \1/p' "$OUT"
 }
 
+# ob1 + btl/uct over rxe0 (UCX's verbs memory domain; UD's address check
+# fails on rxe's RoCE addresses).
+STORM=$MCA_TESTDIR/../ucx/mpi_unmap_storm
+mpirun_uct() { # EXPECT THREADS MPIRUN-OPTIONS...
+	expect=$1 threads=$2
+	shift 2
+	root=
+	[ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
+	timeout "${MCA_TEST_TIMEOUT:-900}" mpirun $root --oversubscribe -np "$NP" \
+		--mca pml ob1 --mca btl self,uct --mca btl_uct_memory_domains rxe0 \
+		-x UCX_UD_VERBS_ETH_DGID_CHECK=n --mca osc ^rdma "$@" \
+		"$STORM" --size=1048576 --rounds=12 --threads="$threads" --fork --expect="$expect"
+}
+
+# uct_case NAME EXPECT THREADS MPIRUN-OPTIONS...: one result from the
+# storm's exit status (0 when the result is EXPECT: correct or corrupt).
+uct_case() {
+	name=$1 expect=$2 threads=$3
+	shift 3
+	mpirun_uct "$expect" "$threads" "$@" >"$OUT" 2>&1
+	rc=$?
+	show "$OUT" 30
+	[ $rc -eq 0 ] && pass "uct: $name (expected $expect)" || fail "uct: $name (exit $rc, expected $expect)"
+}
+
+run_uct() {
+	why=
+	if ! ompi_info 2>/dev/null | grep -q 'MCA btl: uct'; then
+		why="this Open MPI has no btl/uct (Open MPI 4.1.4's configure refuses UCX after 1.8)"
+	elif [ ! -x "$STORM" ]; then
+		why="no $STORM (built with Open MPI and the UCX plugin)"
+	elif ! ibv_devices 2>/dev/null | grep -q rxe0; then
+		why="no rxe0 (run-in-guest.sh --rxe)"
+	fi
+	if [ -n "$why" ]; then
+		skip "uct: the MPI storm over btl/uct" "$why"
+		return
+	fi
+	ours="$GRDMA_MCA --mca memory ^patcher --mca rcache_${RC}_monitor kernel"
+	uct_case "the storm, 2 threads a rank, our cache serving grdma, kernel monitor, no hooks" \
+		correct 2 $ours --mca "rcache_${RC}_print_stats" 1
+	# Each rank's btl/uct got our cache, under the memory domain's name.
+	n=$(grep "$RC_LOG: stats " "$OUT" | grep -c 'cache=uct\.rxe0')
+	[ "$n" -ge "$NP" ] && pass "uct: each rank's btl/uct cache (uct.rxe0) is ours ($n)" ||
+		fail "uct: $n of $NP ranks printed our cache's statistics for uct.rxe0"
+	uct_case "the storm, 1 thread a rank, our cache" correct 1 $ours
+	# The stock set-up, Open MPI's hooks on: they see glibc's calls, not
+	# the system calls themselves. (With the hooks off, Open MPI 5.0.7
+	# refuses to leave registrations pinned, and asked to with
+	# mpi_leave_pinned 1 the rank crashes in mca_btl_base_select: there is
+	# no stock blind cache to run.)
+	uct_case "stock grdma, Open MPI's hooks on, raw system calls (negative control)" corrupt 2
+}
+
 # The benchmarks in bench/ (built by make, not make check), the component
 # found as api() finds it.
 RCACHE_BENCH=${MCA_BUILDDIR%/mca}/bench/rcache_bench
@@ -179,12 +240,13 @@ run_patterns() {
 	rm -f "$pat"
 }
 
-[ $# -eq 0 ] && set -- api rxe mpi
+[ $# -eq 0 ] && set -- api rxe mpi uct
 for what in "$@"; do
 	case $what in
 	api) run_api ;;
 	rxe) run_rxe ;;
 	mpi) run_mpi ;;
+	uct) run_uct ;;
 	probe) run_probe ;;	# exits
 	bench) run_bench ;;
 	patterns) run_patterns ;;
