@@ -54,7 +54,8 @@ BEGIN_C_DECLS
 /*
  * Open MPI 4.1 / 5.0 differences, the only ones this component meets: 5.0
  * renamed the CUDA flag after its accelerator framework (same bit, 0x0008).
- * Device memory is refused either way: libmrnotify watches host mappings.
+ * Device memory is registered uncached either way: libmrnotify watches host
+ * mappings.
  */
 #if OPAL_MAJOR_VERSION >= 5
 #define MRN_RCACHE_FLAGS_DEVICE_MEM MCA_RCACHE_FLAGS_ACCELERATOR_MEM

@@ -315,16 +315,20 @@ static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *add
 
 /*
  * BYPASS (never looked up or kept), PERSIST (always registered anew, never
- * idle in the cache) and INVALID (must not be handed out again): a
- * registration of their own, deregistered when released.
+ * idle in the cache), INVALID (must not be handed out again) and device
+ * memory (no host mapping the kernel could watch): a registration of their
+ * own, deregistered when released. Host memory is registered in whole
+ * pages, as grdma does; device memory exactly as asked (its allocation's
+ * bounds are the accelerator framework's to know, not the page size's).
  */
 static int register_uncached(mrn_rcache_module_t *m, void *addr, size_t size, uint32_t flags,
 			     int32_t access, mca_rcache_base_registration_t **out)
 {
 	mrn_shared_cache_t *s = m->shared;
-	const uintptr_t page = (uintptr_t)opal_getpagesize();
-	const uintptr_t base = (uintptr_t)addr & ~(page - 1);
-	const uintptr_t end = ((uintptr_t)addr + size + page - 1) & ~(page - 1);
+	const uintptr_t mask =
+		flags & MRN_RCACHE_FLAGS_DEVICE_MEM ? 0 : (uintptr_t)opal_getpagesize() - 1;
+	const uintptr_t base = (uintptr_t)addr & ~mask;
+	const uintptr_t end = ((uintptr_t)addr + size + mask) & ~mask;
 	mca_rcache_base_registration_t *reg;
 	void *mem;
 	int rc;
@@ -364,13 +368,14 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 	int rc;
 
 	*reg = NULL;
-	if (OPAL_UNLIKELY(flags & MRN_RCACHE_FLAGS_DEVICE_MEM))
-		return OPAL_ERR_NOT_SUPPORTED;
 	if (OPAL_UNLIKELY(size == 0))
 		size = 1; /* a registration covers at least its page */
 	sync_hooks(s);
-	if (flags &
-	    (MCA_RCACHE_FLAGS_CACHE_BYPASS | MCA_RCACHE_FLAGS_PERSIST | MCA_RCACHE_FLAGS_INVALID))
+	/* The transport's register function sees the flags (reg->flags) and
+	 * registers device memory as such (Open MPI 5.0.9's btl/ofi and
+	 * mtl/ofi ask grdma for it: refusing would fail their GPU sends). */
+	if (flags & (MCA_RCACHE_FLAGS_CACHE_BYPASS | MCA_RCACHE_FLAGS_PERSIST |
+		     MCA_RCACHE_FLAGS_INVALID | MRN_RCACHE_FLAGS_DEVICE_MEM))
 		return register_uncached(m, addr, size, flags, access_flags, reg);
 
 	rc = mrn_get(s->cache, addr, size, (uint32_t)access_flags, &call, &e);

@@ -164,6 +164,38 @@ static void t_flags(void)
 	munmap(buf, 2 * PAGE);
 }
 
+/* Device memory (Open MPI 5.0.9's btl/ofi and mtl/ofi ask grdma for it):
+ * registered for the caller, flag and range as asked, never cached, never
+ * refused. Plain host memory stands in for the device's: the transport's
+ * register function is what would tell the two apart. */
+static void t_device_mem(void)
+{
+	const char *T = "device memory: registered uncached as asked, never refused";
+	struct ctx c = {.name = "device"};
+	mca_rcache_base_module_t *m = create("mrnotify", "sem.device", &c);
+	unsigned char *buf = map_pages(2);
+	struct test_reg *a, *b;
+	int rc;
+
+	CHECK(T, m != NULL, "cannot create the cache");
+	a = reg_get(m, buf + 100, 200, TEST_DEVICE_MEM, MCA_RCACHE_ACCESS_ANY, &rc);
+	CHECK(T, a != NULL && rc == OPAL_SUCCESS, "register returned %d", rc);
+	CHECK(T, (a->base.flags & TEST_DEVICE_MEM) && a->base.base == buf + 100 &&
+			 a->base.bound == buf + 299,
+	      "flags %#x, range %p-%p for %p-%p", a->base.flags, (void *)a->base.base,
+	      (void *)a->base.bound, (void *)(buf + 100), (void *)(buf + 299));
+	b = reg_get(m, buf + 100, 200, TEST_DEVICE_MEM, MCA_RCACHE_ACCESS_ANY, &rc);
+	CHECK(T, b != NULL && b != a && c.regs == 2,
+	      "the same range again: %p (first %p), %ld register calls", (void *)b, (void *)a,
+	      c.regs);
+	reg_put(m, a);
+	reg_put(m, b);
+	CHECK(T, c.deregs == 2, "%ld deregistered after releasing both", c.deregs);
+	mca_rcache_base_module_destroy(m);
+	munmap(buf, 2 * PAGE);
+	result(c.bad == 0, T, "%ld registered, %ld deregistered", c.regs, c.deregs);
+}
+
 static void t_upgrade(void)
 {
 	const char *T = "access upgrade: a registration lacking access is replaced by the union";
@@ -371,6 +403,7 @@ static void semantics(void)
 {
 	t_leave_pinned_hit();
 	t_flags();
+	t_device_mem();
 	t_upgrade();
 	t_find_evict();
 	t_out_of_resource();
@@ -862,7 +895,7 @@ static void create_fails(void)
 
 static const struct rcache_mode modes[] = {
 	{"semantics", semantics,
-	 "flags (BYPASS, PERSIST, INVALID), access upgrades, find, evict, out-of-resource "
+	 "flags (BYPASS, PERSIST, INVALID, device memory), access upgrades, find, evict, out-of-resource "
 	 "retry, cache_name copied, modules sharing a cache, mpi_leave_pinned 0 / pipeline"},
 	{"replacement", replacement,
 	 "after a raw mremap + mmap MAP_FIXED grdma hands back the stale registration and "

@@ -59,9 +59,12 @@ static int test_register(void *reg_data, void *base, size_t size,
 	struct ctx *c = reg_data;
 	struct test_reg *r = (struct test_reg *)breg;
 
-	/* The cache fills these in before calling us (openib relies on it). */
+	/* The cache fills these in before calling us (openib relies on it);
+	 * host memory in whole pages, device memory as asked. */
+	const uintptr_t mask = breg->flags & TEST_DEVICE_MEM ? 0 : PAGE - 1;
+
 	if (breg->base != base || breg->bound != (unsigned char *)base + size - 1 ||
-	    !breg->rcache || ((uintptr_t)base & (PAGE - 1)) || (size & (PAGE - 1)))
+	    !breg->rcache || ((uintptr_t)base & mask) || (size & mask))
 		__atomic_fetch_add(&c->bad, 1, __ATOMIC_RELAXED);
 	if (c->live_limit > 0 && live(c) >= c->live_limit)
 		return OPAL_ERR_OUT_OF_RESOURCE;

@@ -23,6 +23,13 @@
 #include <stdint.h>
 
 #define PAGE  4096UL
+
+/* The device-memory flag: Open MPI 4.1's name, and 5.0's (the same bit). */
+#if OPAL_MAJOR_VERSION >= 5
+#define TEST_DEVICE_MEM MCA_RCACHE_FLAGS_ACCELERATOR_MEM
+#else
+#define TEST_DEVICE_MEM MCA_RCACHE_FLAGS_CUDA_GPU_MEM
+#endif
 #define MAGIC 0x6d726e31u
 #define DEAD  0xdeaddeadu
 
