@@ -2,16 +2,20 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Draws docs/performance.md's plots from recorded benchmark output.
 
-Usage: plot-bench.py RECORD OUTDIR
+Usage: plot-bench.py RECORD... OUTDIR
 
-RECORD is a file written by bench/record-bench.sh: a header of "# key: value"
-lines (date, machine, commit, command) and each benchmark's output after a
-"## <command>" line. Writes into OUTDIR:
+Each RECORD is a file written by bench/record-bench.sh (or by hand in its
+format, for runs in a guest): a header of "# key: value" lines (date,
+machine, commit, command) and each benchmark's output after a
+"## <command>" line. Draws, into OUTDIR, the plots whose benchmark a record
+holds:
   hits.svg      hit latency (get + put) of libmrnotify, ucs_rcache and the
                 floor, by number of entries and order (cache_bench)
   patterns.svg  ns per request through the C API against ucs_rcache, by
                 access pattern (capi_bench)
   fork.svg      fork() time with 1 GiB registered, by fork policy (fork_bench)
+  ofi.svg       a hit in libfabric's MR cache per memory monitor, and the
+                time until a batch of unmapped entries is dropped (ofi_bench)
 Each plot is captioned with the record's date, machine and commit.
 """
 import re
@@ -129,14 +133,52 @@ def plot_fork(header, parts, out):
     fig.savefig(f"{out}/fork.svg")
 
 
+def plot_ofi(header, parts, out):
+    command, lines = find(parts, "ofi_bench")
+    values = dict(re.findall(r"^(\w+)=([\d.]+)$", "\n".join(lines), re.M))
+    monitors = [("mrnotify", "mrnotify.ko (ours)"), ("memhooks", "memhooks"),
+                ("userfaultfd", "userfaultfd")]
+    try:
+        hit = [float(values[f"hit_ns_{m}"]) for m, _ in monitors]
+        dropped = [float(values[f"batch_dropped_us_{m}"]) for m, _ in monitors]
+        unmapped = [float(values[f"batch_munmap_us_{m}"]) for m, _ in monitors]
+    except KeyError as e:
+        raise SystemExit(f"plot-bench.py: ofi_bench's output lacks {e}")
+    names = [label for _, label in monitors]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+    left.bar(names, hit)
+    left.set_ylabel("ns per fi_mr_reg + fi_close hit")
+    left.set_title("A hit in the verbs MR cache")
+    for i, v in enumerate(hit):
+        left.text(i, v, f"{v:.0f}", ha="center", va="bottom")
+    x = range(len(names))
+    w = 0.38
+    right.bar([i - w / 2 for i in x], unmapped, w, label="munmap() returns")
+    right.bar([i + w / 2 for i in x], dropped, w, label="every cache dropped them")
+    right.set_xticks(list(x), names)
+    right.set_ylabel("µs after munmap() began")
+    right.set_title("1,000 cached buffers unmapped at once")
+    right.legend()
+    fig.text(0.01, 0.01, caption(header, command), fontsize=7)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(f"{out}/ofi.svg")
+
+
+PLOTS = {"cache_bench": plot_hits, "capi_bench": plot_patterns, "fork_bench": plot_fork,
+         "ofi_bench": plot_ofi}
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
         return 2
-    header, parts = sections(sys.argv[1])
-    plot_hits(header, parts, sys.argv[2])
-    plot_patterns(header, parts, sys.argv[2])
-    plot_fork(header, parts, sys.argv[2])
+    out = sys.argv[-1]
+    for record in sys.argv[1:-1]:
+        header, parts = sections(record)
+        benches = {command.split()[0].split("/")[-1] for command in parts}
+        for name, plot in PLOTS.items():
+            if name in benches:
+                plot(header, parts, out)
     return 0
 
 
