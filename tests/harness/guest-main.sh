@@ -36,12 +36,23 @@ modprobe() {
 same_as_host() {
 	[ -e "$1" ] && [ "$(stat -c %d:%i "$1")" = "$(stat -c %d:%i "/run/host$1")" ]
 }
+# Another root's folders are read-only. Where the path to make lies below
+# one that the root leaves empty (/home, /srv, /opt in a Debian root made by
+# mmdebstrap: a clone in /home/alice), a tmpfs over that folder makes room;
+# below a folder with content it cannot be made, and set-up fails.
+make_path() {
+	mkdir -p "$1" 2>/dev/null && return
+	d=$1
+	while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+	[ -d "$d" ] && [ -z "$(ls -A "$d")" ] && mount -t tmpfs -o mode=755 tmpfs "$d" &&
+		mkdir -p "$1"
+}
 for p in "$MRN_CWD" "${MRN_BINDS[@]+"${MRN_BINDS[@]}"}" "${MRN_MODULES[@]+"${MRN_MODULES[@]}"}"; do
 	[ -d "/run/host$p" ] || p=$(dirname "$p")
 	echo "${#p} $p"
 done | sort -n | cut -d' ' -f2- | while read -r p; do
 	if [ -e "/run/host$p" ] && ! same_as_host "$p"; then
-		mkdir -p "$p" && mount --bind "/run/host$p" "$p" ||
+		make_path "$p" && mount --bind "/run/host$p" "$p" ||
 			setup_fail "cannot make $p visible in the guest"
 	fi
 done

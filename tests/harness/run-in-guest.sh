@@ -31,9 +31,11 @@ Options:
                         the host's /). The host's / stays visible at
                         /run/host, and the working directory, --bind folders
                         and modules are bound at their host paths; such a
-                        path must be new to DIR from its first folder on, or
-                        lie under /tmp, /root or /var/tmp (a folder of DIR
-                        itself is read-only)
+                        path must be new to DIR from its first folder on,
+                        lie under a folder DIR leaves empty (/home, /srv,
+                        /opt: a tmpfs is put over it), or under /tmp, /root
+                        or /var/tmp (a folder of DIR with content is
+                        read-only)
   --modules-root DIR    where lib/modules/<release> (the guest kernel's
                         modules, with modules.dep) and boot/vmlinuz-<release>
                         are (default: --root)
