@@ -80,11 +80,25 @@ static void before_libfabric(void)
 	importing = 0;
 }
 
-/* The next definition of name@version: libfabric's. */
+/*
+ * The next definition of name@version: libfabric's. RTLD_NEXT searches the
+ * global scope only; a libfabric loaded with RTLD_LOCAL (under a Python
+ * extension, or NCCL's plugin) is not there, yet its callers' references,
+ * and libfabric's own (a layered provider's fi_getinfo), still bind here.
+ * Then the copy already loaded is asked by name.
+ */
 static void *next(const char *name, const char *version)
 {
 	void *f = dlvsym(RTLD_NEXT, name, version);
 
+	if (!f) {
+		void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_NOLOAD);
+
+		if (h) {
+			f = dlvsym(h, name, version);
+			dlclose(h); /* it stays: someone else loaded it */
+		}
+	}
 	if (!f)
 		fprintf(stderr, "libmrnotify-ofi-preload: %s@%s not found in libfabric\n", name,
 			version);

@@ -58,4 +58,33 @@ else
 	check "FI_MR_CACHE_MONITOR=disabled is honoured" \
 		sh -c "grep -q 'disabled: not imported' '$tmp/dis.err' && ! grep -q 'keeps its own' '$tmp/dis.err'"
 fi
+
+# libfabric loaded with RTLD_LOCAL, as a Python extension (mpi4py) or
+# NCCL's plugin loads it: its own fi_getinfo calls (layered providers such
+# as tcp;ofi_rxm) bind to the preload, which must find it although it is
+# not in the global scope. Before, those calls failed ("not found in
+# libfabric") and fi_getinfo offered 47 of 97 providers.
+cat >"$tmp/local.py" <<'PY'
+import ctypes, os
+lf = ctypes.CDLL("libfabric.so.1", mode=os.RTLD_LOCAL)
+lf.fi_getinfo.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+info = ctypes.c_void_p()
+rc = lf.fi_getinfo((1 << 16) | 13, None, None, 0, None, ctypes.byref(info))
+n, p = 0, info.value
+while p:  # struct fi_info begins with its next pointer
+    n, p = n + 1, ctypes.c_void_p.from_address(p).value
+print("rc=%d providers=%d" % (rc, n))
+PY
+if ! command -v python3 >/dev/null || ! python3 -c 'import ctypes.util, sys; sys.exit(not ctypes.util.find_library("fabric"))' 2>/dev/null; then
+	skip "libfabric loaded RTLD_LOCAL under the preload" "needs python3 and libfabric.so.1"
+else
+	python3 "$tmp/local.py" >"$tmp/local.plain" 2>&1
+	LD_PRELOAD=$MRNOTIFY_OFI_PRELOAD python3 "$tmp/local.py" >"$tmp/local.pre" 2>"$tmp/local.err"
+	show "$tmp/local.pre"
+	show "$tmp/local.err"
+	check "libfabric loaded RTLD_LOCAL under the preload: fi_getinfo offers what it offers without ($(cat "$tmp/local.plain"))" \
+		sh -c "grep -q '^rc=0 ' '$tmp/local.plain' && cmp -s '$tmp/local.plain' '$tmp/local.pre' &&
+			! grep -q 'not found in libfabric' '$tmp/local.err'"
+fi
 finish
