@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace mrn::ofi {
 
@@ -54,29 +56,53 @@ std::vector<Range> coalesce(std::vector<Range> r)
 }
 
 // What runs between libfabric's start() and stop(): the kernel monitor, the
-// table, and the thread that notifies.
+// table, and the thread that notifies. libfabric stops the monitor with its
+// own locks held (mm_state_lock, in ofi_monitors_update), and the thread's
+// notify may be waiting for libfabric's locks, so stop cannot wait for the
+// thread: retire() tells it to stop, and whichever of the two lets go last
+// frees this.
 class Running {
 public:
-	Running(std::unique_ptr<Monitor> monitor, fid_mem_monitor *fid, int wake_fd)
-	    : monitor_(std::move(monitor)), ranges_(*monitor_, 0), fid_(fid), wake_fd_(wake_fd)
+	// notify_gate: held around each notify, so that fork() (whose prepare
+	// handler takes it) never copies libfabric's locks held by this thread.
+	Running(std::unique_ptr<Monitor> monitor, fid_mem_monitor *fid, int wake_fd,
+		std::mutex &notify_gate)
+	    : monitor_(std::move(monitor)), ranges_(*monitor_, 0), fid_(fid), wake_fd_(wake_fd),
+	      notify_gate_(notify_gate)
 	{
 		ranges_.set_on_death([this] { wake(); });
-		thread_ = std::thread([this] { notify_loop(); });
-	}
-	~Running()
-	{
-		stopping_.store(true);
-		wake();
-		thread_.join();
-		close(wake_fd_);
+		// Every signal blocked in the thread: an application's handler
+		// must not run on a thread that holds libfabric's locks.
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		try {
+			thread_ = std::thread([this] {
+				notify_loop();
+				release();
+			});
+		} catch (...) {
+			pthread_sigmask(SIG_SETMASK, &old, nullptr);
+			throw;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, nullptr);
 	}
 	Running(const Running &) = delete;
 	Running &operator=(const Running &) = delete;
 
 	WatchedRanges &ranges() { return ranges_; }
 
+	// libfabric's stop(): the thread ends on its own, and frees what is left.
+	void retire()
+	{
+		stopping_.store(true);
+		wake();
+		thread_.detach();
+		release();
+	}
+
 	// In a forked child, which has neither the thread nor the parent's
-	// kernel context: close the fds and never be destroyed (no join).
+	// kernel context: close the fds and never be freed.
 	void abandon_after_fork()
 	{
 		monitor_->abandon_after_fork();
@@ -84,6 +110,14 @@ public:
 	}
 
 private:
+	~Running() { close(wake_fd_); }
+
+	void release()
+	{
+		if (holders_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+			delete this;
+	}
+
 	void wake()
 	{
 		const uint64_t one = 1;
@@ -111,10 +145,18 @@ private:
 				return;
 			ranges_.drain();
 			const std::vector<Range> dead = ranges_.take_dead();
-			for (const Range &r : coalesce(dead))
-				fid_->import_ops->notify(fid_, reinterpret_cast<void *>(r.addr),
-							 r.len);
+			{
+				std::lock_guard<std::mutex> g(notify_gate_);
+				for (const Range &r : coalesce(dead))
+					fid_->import_ops->notify(
+						fid_, reinterpret_cast<void *>(r.addr), r.len);
+			}
 			ranges_.notified(dead);
+			// A drain that fails (a dead device) leaves the device
+			// readable: wait a little rather than spin (hits refuse
+			// meanwhile).
+			if (ranges_.drain_failed())
+				poll(nullptr, 0, 10);
 		}
 	}
 
@@ -122,14 +164,17 @@ private:
 	WatchedRanges ranges_;
 	fid_mem_monitor *const fid_;
 	const int wake_fd_;
+	std::mutex &notify_gate_;
 	std::atomic<bool> stopping_{false};
+	std::atomic<int> holders_{2}; // retire() and the thread
 	std::thread thread_;
 };
 
 struct Imported {
 	fid_mem_monitor fid{};
-	std::mutex mutex; // start, stop, fork
-	std::unique_ptr<Running> running;
+	std::mutex mutex;       // start, stop, fork
+	std::mutex notify_gate; // a notify in flight, fork (see Running)
+	Running *running = nullptr;
 	// Read on the hit path without the mutex: set by start() before
 	// libfabric's first subscribe, cleared by stop() after its last call.
 	std::atomic<Running *> live{nullptr};
@@ -164,13 +209,13 @@ int op_start(fid_mem_monitor *fid)
 	if (wake_fd < 0)
 		return -errno;
 	try {
-		im.running = std::make_unique<Running>(std::move(monitor), fid, wake_fd);
+		im.running = new Running(std::move(monitor), fid, wake_fd, im.notify_gate);
 	} catch (const std::exception &e) {
 		close(wake_fd);
 		log(0, "ofi: cannot start the notifier: %s", e.what());
 		return -ENOMEM;
 	}
-	im.live.store(im.running.get(), std::memory_order_release);
+	im.live.store(im.running, std::memory_order_release);
 	log(1, "ofi: mrnotify.ko monitors libfabric's MR cache");
 	return 0;
 }
@@ -195,7 +240,7 @@ void op_stop(fid_mem_monitor *fid)
 	if (im.print_stats)
 		print_stats(im.running->ranges().stats());
 	im.live.store(nullptr, std::memory_order_release);
-	im.running.reset();
+	std::exchange(im.running, nullptr)->retire();
 }
 
 Running *live(fid_mem_monitor *fid)
@@ -230,12 +275,16 @@ fi_ops_mem_monitor export_ops = {
 // The child keeps libfabric's state but not our thread or kernel context:
 // every op then answers "not valid" / "cannot watch", and nothing of the
 // parent's is touched (no ioctl on its context, no join).
+// No notify is in flight across the fork: the child must not inherit
+// libfabric's locks held by the notifier.
 void fork_prepare()
 {
 	imported().mutex.lock();
+	imported().notify_gate.lock();
 }
 void fork_parent()
 {
+	imported().notify_gate.unlock();
 	imported().mutex.unlock();
 }
 void fork_child()
@@ -244,8 +293,9 @@ void fork_child()
 	if (im.running) {
 		im.live.store(nullptr, std::memory_order_release);
 		im.running->abandon_after_fork();
-		(void)im.running.release();
+		im.running = nullptr; // never freed: its thread is the parent's
 	}
+	im.notify_gate.unlock();
 	im.mutex.unlock();
 }
 

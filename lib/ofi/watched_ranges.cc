@@ -127,8 +127,10 @@ void WatchedRanges::drain_locked()
 	uint64_t gen;
 	// A failed drain (it cannot fail but on a dead device) leaves drained_
 	// behind the generation: valid() keeps asking, and says false.
-	if (monitor_.drain(sink, &gen) == 0)
+	const bool failed = monitor_.drain(sink, &gen) != 0;
+	if (!failed)
 		drained_.store(gen, std::memory_order_release);
+	drain_failed_.store(failed, std::memory_order_relaxed);
 	if (dead_.size() > dead_before && on_death_)
 		on_death_();
 }

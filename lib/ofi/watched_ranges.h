@@ -81,6 +81,8 @@ public:
 	// Drains the kernel's dirty list; true when something died that has
 	// not been notified yet.
 	bool drain();
+	// The last drain failed (a dead device): valid() refuses every hit.
+	bool drain_failed() const { return drain_failed_.load(std::memory_order_relaxed); }
 	// The dead ranges to notify (each death once, in order).
 	std::vector<Range> take_dead();
 	// Those ranges have been notified: every cache dropped them.
@@ -111,6 +113,7 @@ private:
 	// Written under mutex_, read without it by valid().
 	std::atomic<uint64_t> drained_;        // the generation the last drain reached
 	std::atomic<uint64_t> undelivered_{0}; // deaths marked, not yet notified
+	std::atomic<bool> drain_failed_{false};
 
 	mutable std::mutex mutex_;
 	std::unordered_map<Range, Record, RangeHash> ranges_;
