@@ -15,6 +15,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 [ -x "$build/bench/ofi_bench" ] && [ -f "$build/kernel/mrnotify.ko" ] ||
 	{ echo "record-ofi-bench.sh: $build/bench/ofi_bench or the module is not built (make -C $build)" >&2; exit 2; }
 kbuild=$(sed -n 's/^KERNEL_BUILD = //p' "$build/kernel/Makefile")
+release=$(sed -n 's/^#define UTS_RELEASE "\(.*\)"/\1/p' "$kbuild/include/generated/utsrelease.h" 2>/dev/null)
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 cmd="LD_LIBRARY_PATH=$build/lib/.libs $build/bench/ofi_bench"
@@ -23,7 +24,7 @@ cmd="LD_LIBRARY_PATH=$build/lib/.libs $build/bench/ofi_bench"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 {
 	echo "# date: $(date -u +%Y-%m-%d)"
-	echo "# machine: qemu TCG guest (2 vCPUs, Linux $(basename "$kbuild" | sed 's/^linux-headers-//'), rxe0) on $(nproc) x $cpu"
+	echo "# machine: qemu TCG guest (2 vCPUs, Linux ${release:-?}, rxe0) on $(nproc) x $cpu"
 	echo "# commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$top" diff --quiet HEAD 2>/dev/null || echo ' (modified)')"
 	echo "# load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "# command: bench/record-ofi-bench.sh (run-in-guest.sh --rxe ... '$cmd')"
