@@ -105,7 +105,10 @@ shopt -s nullglob
 rcs=("$b"/guest-results/[0-9]*.rc)
 not_run=$((${#cmds[@]} - ${#rcs[@]}))
 if [ "$not_run" -gt 0 ]; then
-	status_line fail "$not_run of ${#cmds[@]} guest commands did not run ($b/guest-results/serial.log)"
+	# The guest's own reason, where its set-up said one, in the result
+	# itself: CI shows the failing results, not the serial log.
+	why=$(tr '\n#' '  ' 2>/dev/null <"$b/guest-results/setup.err" | cut -c1-200)
+	status_line fail "$not_run of ${#cmds[@]} guest commands did not run${why:+ (guest set-up: $why)} ($b/guest-results/serial.log)"
 	status=1
 fi
 elapsed "guest tests"
