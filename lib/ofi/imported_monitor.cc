@@ -55,6 +55,23 @@ std::vector<Range> coalesce(std::vector<Range> r)
 	return out;
 }
 
+// Blocks every signal in the calling thread for its lifetime.
+class AllSignalsBlocked {
+public:
+	AllSignalsBlocked()
+	{
+		sigset_t all;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old_);
+	}
+	~AllSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+	AllSignalsBlocked(const AllSignalsBlocked &) = delete;
+	AllSignalsBlocked &operator=(const AllSignalsBlocked &) = delete;
+
+private:
+	sigset_t old_;
+};
+
 // What runs between libfabric's start() and stop(): the kernel monitor, the
 // table, and the thread that notifies. libfabric stops the monitor with its
 // own locks held (mm_state_lock, in ofi_monitors_update), and the thread's
@@ -71,21 +88,14 @@ public:
 	      notify_gate_(notify_gate)
 	{
 		ranges_.set_on_death([this] { wake(); });
-		// Every signal blocked in the thread: an application's handler
-		// must not run on a thread that holds libfabric's locks.
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		try {
-			thread_ = std::thread([this] {
-				notify_loop();
-				release();
-			});
-		} catch (...) {
-			pthread_sigmask(SIG_SETMASK, &old, nullptr);
-			throw;
-		}
-		pthread_sigmask(SIG_SETMASK, &old, nullptr);
+		// Every signal blocked in the thread (it inherits this mask): an
+		// application's handler must not run on a thread that holds
+		// libfabric's locks.
+		const AllSignalsBlocked blocked;
+		thread_ = std::thread([this] {
+			notify_loop();
+			release();
+		});
 	}
 	Running(const Running &) = delete;
 	Running &operator=(const Running &) = delete;

@@ -117,6 +117,13 @@ std::string component_path(const Paths &paths, std::string *source)
 	return "SYS_DEFAULT:USER_DEFAULT";
 }
 
+// "yes" when this environment's LD_PRELOAD names the object.
+std::string preloaded_here(const std::string &object)
+{
+	const char *preload = getenv("LD_PRELOAD");
+	return preload && std::string(preload).find(object) != std::string::npos ? "yes" : "no";
+}
+
 } // namespace
 
 Section check_openmpi(const Paths &paths)
@@ -212,10 +219,7 @@ Section check_ucx(const Paths &paths)
 	if (probe.find(": supported") == std::string::npos)
 		s.problems.push_back("the UCX plugin cannot be used with this node's UCX: " +
 				     (probe.empty() ? std::string("it did not answer") : probe));
-	const char *preload = getenv("LD_PRELOAD");
-	s.add("preloaded_here",
-	      preload && std::string(preload).find(paths.plugin) != std::string::npos ? "yes"
-										      : "no");
+	s.add("preloaded_here", preloaded_here(paths.plugin));
 	for (const char *var :
 	     {"UCX_MRNOTIFY_ENABLE", "UCX_MEM_MMAP_HOOK_MODE", "UCX_MEM_MALLOC_HOOKS"}) {
 		const char *v = getenv(var);
@@ -261,10 +265,7 @@ Section check_ofi(const Paths &paths)
 	const char *off = getenv("MRNOTIFY_OFI");
 	if (off && std::string(off) == "0")
 		s.notes.push_back("MRNOTIFY_OFI=0: the preload imports nothing");
-	const char *preload = getenv("LD_PRELOAD");
-	s.add("preloaded_here",
-	      preload && std::string(preload).find(paths.ofi_preload) != std::string::npos ? "yes"
-											   : "no");
+	s.add("preloaded_here", preloaded_here(paths.ofi_preload));
 	return s;
 }
 
