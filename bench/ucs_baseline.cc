@@ -4,8 +4,9 @@
 
 extern "C" {
 #include <ucm/api/ucm.h>
-#include <ucp/api/ucp_version.h>
 #include <ucs/memory/rcache.h>
+
+#include "ucx_versions.h"
 }
 
 #include <sys/mman.h>
@@ -29,16 +30,12 @@ struct UcsOps {
 };
 
 namespace {
-// The ops gained merge in UCX 1.18; alignment moved from the params to
-// ucs_rcache_get() in 1.17.
 ucs_rcache_ops_t make_ops()
 {
 	ucs_rcache_ops_t o{};
 	o.mem_reg = UcsOps::reg;
 	o.mem_dereg = UcsOps::dereg;
-#if UCP_API_MINOR >= 18
-	o.merge = UcsOps::merge;
-#endif
+	MRN_RCACHE_OPS_SET_MERGE(&o, UcsOps::merge);
 	return o;
 }
 ucs_rcache_ops_t ops = make_ops();
@@ -50,10 +47,7 @@ UcsRcache::UcsRcache()
 	ucs_rcache_params_t p{};
 	// The region plus an 8-byte payload, like ours.
 	p.region_struct_size = sizeof(ucs_rcache_region_t) + 8;
-#if UCP_API_MINOR < 17
-	p.alignment = page_size;
-	p.max_alignment = page_size;
-#endif
+	MRN_RCACHE_PARAMS_ALIGN(&p, page_size, page_size);
 	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
 	p.ucm_event_priority = 1000;
 	p.ops = &ops;
@@ -80,13 +74,9 @@ UcsRcache::~UcsRcache()
 ucs_rcache_region *UcsRcache::get(void *addr, size_t len)
 {
 	ucs_rcache_region_t *r = nullptr;
-#if UCP_API_MINOR >= 17
-	const ucs_status_t st = ucs_rcache_get(rcache_, addr, len, page_size,
-					       PROT_READ | PROT_WRITE, nullptr, &r);
-#else
-	const ucs_status_t st = ucs_rcache_get(rcache_, addr, len, PROT_READ | PROT_WRITE, nullptr,
-					       &r);
-#endif
+	const ucs_status_t st =
+		MRN_RCACHE_GET_ALIGNED(ucs_rcache_get, rcache_, addr, len, page_size,
+				       PROT_READ | PROT_WRITE, nullptr, &r);
 	if (st != UCS_OK)
 		return nullptr;
 	return r;

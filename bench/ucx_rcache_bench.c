@@ -18,7 +18,7 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
-#include "ucx_rcache_compat.h"
+#include "ucx_versions.h"
 
 #include <dlfcn.h>
 #include <limits.h>

@@ -74,7 +74,7 @@ extern "C" {
  * change; the soname (libmrnotify.so.0) and the symbol node (MRNOTIFY_1)
  * change only as docs/libmrnotify.md ("Versions") says.
  */
-#define MRN_API_VERSION 3
+#define MRN_API_VERSION 4
 
 typedef struct mrn_cache mrn_cache_t;
 typedef struct mrn_entry mrn_entry_t;
@@ -255,6 +255,16 @@ typedef struct mrn_watch mrn_watch_t;
 
 int mrn_watch_open(mrn_monitor_t monitor, mrn_watch_t **watch);
 void mrn_watch_close(mrn_watch_t *watch);
+
+/*
+ * In a forked child, instead of mrn_watch_close(): lets go of the watch the
+ * parent opened (its file descriptor, which in the child answers only the
+ * parent) without touching the parent's watches or its status page, which
+ * the child does not have. No call on the watch may have been in progress
+ * in another thread at fork (hold the lock that serialises them across
+ * fork, as a pthread_atfork prepare handler can). API 4.
+ */
+void mrn_watch_abandon(mrn_watch_t *watch);
 
 /* Watches [addr, addr + len) under cookie; *id is the handle for removal. */
 int mrn_watch_add(mrn_watch_t *watch, void *addr, size_t len, uint64_t cookie, uint64_t *id);

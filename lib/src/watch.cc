@@ -66,6 +66,14 @@ extern "C" void mrn_watch_close(mrn_watch_t *watch)
 	std::unique_ptr<mrn_watch> owned(watch);
 }
 
+extern "C" void mrn_watch_abandon(mrn_watch_t *watch)
+{
+	if (!watch)
+		return;
+	watch->monitor->abandon_after_fork();
+	delete watch;
+}
+
 extern "C" int mrn_watch_add(mrn_watch_t *watch, void *addr, size_t len, uint64_t cookie,
 			     uint64_t *id)
 {

@@ -11,8 +11,10 @@
 #         under $MRNOTIFY_STACKS_DIR/trixie-root. The guest boots it with
 #         that root over 9p, and the module is built in a chroot of it:
 #         Debian 13's kbuild tools need its newer glibc.
-#   forky Debian 14's kernel headers and gcc 16 in a minimal root: the
-#         module is only built there (W=1 -Werror), never booted.
+#   forky Debian 14 (testing) in a root made with mmdebstrap under
+#         $MRNOTIFY_STACKS_DIR/forky-root: its 7.2 (gcc 16), UCX 1.23 and
+#         Open MPI 6. The module is built there (W=1 -Werror), and the
+#         forky lane boots its kernel with that root.
 #   7.2, 7.3  trixie-backports' kernels (the newest 7.2.y and 7.3.y there,
 #         built with Debian 13's gcc 14): the packages unpacked under
 #         $MRNOTIFY_STACKS_DIR/trixie-bpo-7.N, booted with the Debian 13 root
@@ -30,12 +32,12 @@
 #   stacks.sh build-module KERNEL SRC OUT
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
-#   stacks.sh run 6.12 [--bind DIR]... CMD...
+#   stacks.sh run 6.12|forky [--bind DIR]... CMD...
 #                                       run CMD in a chroot of the Debian 13
-#                                       root, in the current directory; it
-#                                       and each DIR are the host's, bound
-#                                       in; what CMD writes elsewhere is
-#                                       thrown away
+#                                       (or forky) root, in the current
+#                                       directory; it and each DIR are the
+#                                       host's, bound in; what CMD writes
+#                                       elsewhere is thrown away
 # Environment: MRNOTIFY_STACKS_DIR (default /var/cache/mrnotify-stacks),
 # MRNOTIFY_STACKS=skip (fetch nothing; stacks not cached count as missing),
 # MRNOTIFY_MIRROR (default: the machine's first Debian mirror).
@@ -147,15 +149,16 @@ t_root=$cache/trixie-root
 t_packages=build-essential,autoconf,automake,libtool,pkg-config,libibverbs-dev,librdmacm-dev,ibverbs-providers,ibverbs-utils,libopenmpi-dev,openmpi-bin,libucx-dev,ucx-utils,libhwloc-dev,libgtest-dev,kmod,iproute2,rdma-core,linux-image-amd64,linux-headers-amd64,hpcc,lammps,lammps-examples,trinity,libfabric-dev,libfabric-bin
 
 # Complete, and holding every package of the list: a root made before a
-# package was added to t_packages is made again.
-t_ok() {
-	[ -e "$t_root/.complete" ] || return 1
+# package was added to its list is made again.
+root_ok() { # $1: name, $2: root, $3: packages (comma-separated)
+	[ -e "$2/.complete" ] || return 1
 	local missing
 	# shellcheck disable=SC2046 # package names
-	missing=$(dpkg-query --admindir="$t_root/var/lib/dpkg" -W -f='${db:Status-Abbrev} ${Package}\n' \
-		$(echo "$t_packages" | tr ',' ' ') 2>&1 | grep -v '^ii ')
-	[ -z "$missing" ] || { say "6.12: the cached root lacks: $missing"; return 1; }
+	missing=$(dpkg-query --admindir="$2/var/lib/dpkg" -W -f='${db:Status-Abbrev} ${Package}\n' \
+		$(echo "$3" | tr ',' ' ') 2>&1 | grep -v '^ii ')
+	[ -z "$missing" ] || { say "$1: the cached root lacks: $missing"; return 1; }
 }
+t_ok() { root_ok 6.12 "$t_root" "$t_packages"; }
 
 # Open MPI 5's devel package lacks the headers of its built-in threads and
 # timer components, which opal_config.h names (upstream installs them
@@ -350,16 +353,19 @@ build_bpo() { # $1: series, $2: out dir
 build_72() { build_bpo 7.2 "$1"; }
 build_73() { build_bpo 7.3 "$1"; }
 
-# --- forky: Debian 14's kernel and compiler, for building only ----------------
+# --- forky: Debian 14, testing ---------------------------------------------------
 
-# Debian forky (testing) builds its 7.2 with gcc 16, which the backports'
-# 7.2 (gcc 14) does not show: a minimal forky root with its kernel headers
-# and compiler, in which the module is built with W=1 -Werror. Nothing boots
-# it (the 7.2 guest boots the backports' kernel). forky's Release file may be
-# past its Valid-Until date, and objtool needs /proc.
+# Debian forky (testing): its 7.2 built with gcc 16 (which the backports'
+# 7.2, built with gcc 14, does not show), UCX 1.23 and Open MPI 6. The
+# module is built in its chroot with W=1 -Werror (check-kernels), and the
+# forky lane builds the project there and boots forky's kernel on the root
+# for the UCX plugin's guest tests (tests/lanes/check-root.sh). forky's
+# Release file may be past its Valid-Until date, and objtool needs /proc.
+# Its source packages are listed but not served, so Open MPI 6's headers
+# that its devel package lacks cannot be had (env: STACK_OMPI_SOURCE empty).
 f_root=$cache/forky-root
-f_packages=build-essential,kmod,linux-headers-amd64
-f_ok() { [ -e "$f_root/.complete" ]; }
+f_packages=build-essential,autoconf,automake,libtool,pkg-config,libibverbs-dev,librdmacm-dev,ibverbs-providers,ibverbs-utils,libopenmpi-dev,openmpi-bin,libucx-dev,ucx-utils,libhwloc-dev,libgtest-dev,kmod,iproute2,rdma-core,linux-image-amd64,linux-headers-amd64,lammps,lammps-examples
+f_ok() { root_ok forky "$f_root" "$f_packages"; }
 f_release() { ls "$f_root/lib/modules" 2>/dev/null | sort -V | tail -n 1; }
 
 f_make() {
@@ -375,8 +381,8 @@ fetch_forky() {
 	f_ok && { say "forky: cached in $f_root"; return 0; }
 	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "forky: not cached, MRNOTIFY_STACKS=skip"; return 3; }
 	mkdir -p "$cache" || return 1
-	timed "forky: Debian 14 build root (mmdebstrap)" f_make || return $?
-	[ -n "$(f_release)" ] || { say "forky: no kernel headers in $f_root"; return 1; }
+	timed "forky: Debian 14 root (mmdebstrap)" f_make || return $?
+	[ -n "$(f_release)" ] || { say "forky: no kernel in $f_root"; return 1; }
 	: >"$f_root/.complete"
 }
 
@@ -384,7 +390,11 @@ env_forky() {
 	local rel
 	rel=$(f_release)
 	echo "STACK_RELEASE=$rel"
+	echo "STACK_ROOT=$f_root"
+	echo "STACK_MODULES_ROOT=$f_root"
+	echo "STACK_IMAGE=$f_root/boot/vmlinuz-$rel"
 	echo "STACK_BUILD=$f_root/usr/src/linux-headers-$rel"
+	echo "STACK_OMPI_SOURCE="
 	echo "STACK_CC=$(chroot "$f_root" gcc -dumpfullversion 2>/dev/null)"
 }
 
@@ -437,20 +447,23 @@ build-module)
 	[ -f "$out/mrnotify.ko" ] || die "$k: no mrnotify.ko in $out"
 	;;
 run)
-	[ "${1:-}" = 6.12 ] || { say "usage: $prog run 6.12 [--bind DIR]... CMD..."; exit 2; }
+	case "${1:-}" in
+	6.12) t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }; root=$t_root ;;
+	forky) f_ok || { say "forky: not cached (run $prog fetch forky)"; exit 3; }; root=$f_root ;;
+	*) say "usage: $prog run 6.12|forky [--bind DIR]... CMD..."; exit 2 ;;
+	esac
 	shift
 	binds=("$PWD")
 	while [ "${1:-}" = --bind ]; do binds+=("$(readlink -f "$2")"); shift 2; done
-	[ $# -gt 0 ] || { say "usage: $prog run 6.12 [--bind DIR]... CMD..."; exit 2; }
-	t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }
-	exec unshare -m -- "$0" __in-namespace "$PWD" "${#binds[@]}" "${binds[@]}" "$@"
+	[ $# -gt 0 ] || { say "usage: $prog run 6.12|forky [--bind DIR]... CMD..."; exit 2; }
+	exec unshare -m -- "$0" __in-namespace "$root" "$PWD" "${#binds[@]}" "${binds[@]}" "$@"
 	;;
 __in-namespace)
 	# In run's private mount namespace: a throw-away overlay on the cached
 	# root, so that CMD may install packages or create the paths it is
 	# given, and the cache stays as mmdebstrap made it.
-	cwd=$1 n=$2
-	shift 2
+	root=$1 cwd=$2 n=$3
+	shift 3
 	binds=("${@:1:$n}")
 	shift "$n"
 	set -e
@@ -458,7 +471,7 @@ __in-namespace)
 	w=$(mktemp -d)
 	mount -t tmpfs tmpfs "$w"
 	mkdir "$w/upper" "$w/work" "$w/root"
-	mount -t overlay overlay -o "lowerdir=$t_root,upperdir=$w/upper,workdir=$w/work" "$w/root"
+	mount -t overlay overlay -o "lowerdir=$root,upperdir=$w/upper,workdir=$w/work" "$w/root"
 	r=$w/root
 	mount -t proc proc "$r/proc"
 	mount --rbind /dev "$r/dev"
@@ -474,7 +487,7 @@ __in-namespace)
 	exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 	;;
 *)
-	sed -n '4,32p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,44p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

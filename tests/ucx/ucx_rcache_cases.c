@@ -26,7 +26,7 @@
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
-#include "ucx_rcache_compat.h"
+#include "ucx_versions.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -33,6 +33,8 @@
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
 
+#include "ucx_versions.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,7 +159,7 @@ static void *reg(struct regs *r, void *addr, size_t len)
 /* Do handles a and b stand for the same cached registration? */
 static int same_registration(struct regs *r, void *a, void *b)
 {
-#if UCP_API_VERSION >= UCP_VERSION(1, 14)
+#if MRN_UCX_MEMH_FROM_CACHE
 	if (r->ucp != NULL) {
 		void *ka, *kb;
 		size_t la, lb;

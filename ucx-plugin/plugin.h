@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libmrnotify-ucx's shared state and the functions its files call in each
+ * other (see activation.c for what the plugin does, docs/ucx.md for why).
+ *
+ * The files, one purpose each:
+ *   activation.c     settings, the decision to become UCX's unmap source,
+ *                    ucp_init_version(), load and exit
+ *   watch_table.c    the slots: one kernel watch per range, shared by the
+ *                    regions of every cache that hold that range
+ *   drain.c          the generation moved: the kernel's dead ranges become
+ *                    ucm_vm_munmap(); the self-test
+ *   rcache_wrap.c    our callbacks around each cache's, ucs_rcache_create(),
+ *                    ucs_rcache_destroy(), ucm_set_event_handler(),
+ *                    ucm_test_external_events()
+ *   entry_points.c   the check on every lookup: ucs_rcache_get() and (UCX
+ *                    1.14 on) UCP's public entry points; the assembly is in
+ *                    entry_<arch>.S, the list in entry_list.h
+ *   fork.c           the library's fork story: prepare, parent, child
+ *   verbs_fork.c     ibv_fork_init()
+ *   ucx_versions.h   what changed between UCX releases (shared with the
+ *                    tests and the bench)
+ */
+#ifndef MRN_UCX_PLUGIN_H
+#define MRN_UCX_PLUGIN_H
+
+#include <mrnotify.h>
+
+#include <ucm/api/ucm.h>
+#include <ucp/api/ucp.h>
+#include <ucs/memory/rcache.h>
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "entry_hot.h"
+#include "entry_list.h"
+#include "ucx_versions.h"
+
+/* configure refuses these with the reasons; the source says so too. */
+#if UCP_API_MAJOR != 1 || UCP_API_MINOR < 13
+#error "libmrnotify-ucx supports UCX 1.13 and 1.17 to 1.23"
+#elif UCP_API_MINOR >= 14 && UCP_API_MINOR <= 16
+#error "UCX 1.14 to 1.16: UCP's cache has no synchronous events, a drain would race its lookups"
+#elif UCP_API_MINOR > MRN_UCX_NEWEST_KNOWN_MINOR && !defined(MRN_UCX_UNTESTED)
+#error "a UCX newer than the newest tested: configure --enable-ucx-untested builds for it"
+#endif
+
+#define MRN_UCX_EXPORT __attribute__((visibility("default")))
+/* Reached from the assembly only: kept, and not exported. */
+#define MRN_UCX_ASM_TARGET  __attribute__((visibility("hidden"), used, noinline))
+#define MRN_UCX_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define MRN_UCX_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Cookie of the watch the self-test makes; region watches use slot numbers. */
+#define MRN_UCX_SELFTEST_COOKIE UINT64_MAX
+
+typedef struct mrn_ucx_config {
+	int enable; /* UCS_YES, UCS_NO or UCS_TRY */
+	int stats;
+} mrn_ucx_config_t;
+
+/* One rcache we watch for: UCX's callbacks and where our per-region data is. */
+typedef struct mrn_ucx_rcache {
+	const ucs_rcache_ops_t *ops;
+	void *context;
+	size_t trailer; /* offset of struct mrn_ucx_region in a region */
+	ucs_rcache_t *rcache;
+	/*
+	 * The cache's own VM_UNMAPPED handler (seen when it registers it):
+	 * invalidates a range in this cache only.
+	 */
+	ucm_event_callback_t unmapped_cb;
+	void *unmapped_arg;
+	char name[40];
+	struct mrn_ucx_rcache *next;
+} mrn_ucx_rcache_t;
+
+/* Appended to every region of a watched rcache (UCX zeroes it). */
+typedef struct mrn_ucx_region {
+	uint32_t slot;  /* 0: not watched */
+	uint32_t epoch; /* the process generation the slot belongs to */
+} mrn_ucx_region_t;
+
+/*
+ * The kernel's cookie for a watch is a slot number, not a region's address:
+ * a drain may report a watch at any time, and a slot (ours, never freed)
+ * can be written when the regions themselves might be gone. Regions of
+ * several caches with the same range share one slot (refs).
+ */
+typedef struct mrn_ucx_slot {
+	uint64_t id;     /* kernel watch id; 0 once the kernel dropped it */
+	uintptr_t start; /* the watched range, for invalidating it */
+	size_t len;      /* without the kernel's help (see mrn_ucx_forget_all) */
+	uint32_t refs;   /* regions using it; 0: free */
+	uint32_t next;   /* free list, or the hash chain while live */
+} mrn_ucx_slot_t;
+
+typedef struct mrn_ucx_stats {
+	uint64_t checks;          /* lookups that compared the generation */
+	uint64_t entry_checks;    /* UCP entry points that did (UCX >= 1.14) */
+	uint64_t drains;          /* generation moved: dirty list read */
+	uint64_t ranges;          /* ranges turned into ucm_vm_munmap() */
+	uint64_t watched;         /* regions whose range is watched */
+	uint64_t shared;          /* ... through a watch another region made */
+	uint64_t unwatched;       /* regions deregistered */
+	uint64_t unwatched_dirty; /* watches removed that had gone invalid, undrained */
+	uint64_t watch_failures;  /* regions kept out of their cache instead */
+	uint64_t rcaches;         /* rcaches created with our callbacks */
+} mrn_ucx_stats_t;
+
+/* What activation decided. */
+typedef enum mrn_ucx_state {
+	MRN_UCX_STATE_NEW,         /* UCX not used yet: not activated */
+	MRN_UCX_STATE_OFF,         /* UCX_MRNOTIFY_ENABLE=no */
+	MRN_UCX_STATE_INACTIVE,    /* cannot be used (try): UCX runs as configured */
+	MRN_UCX_STATE_REFUSED,     /* cannot be used (yes, or a bad setting): UCP contexts fail */
+	MRN_UCX_STATE_PASSTHROUGH, /* another UCX version: nothing touched */
+	MRN_UCX_STATE_ACTIVE,      /* the kernel is UCX's VM_UNMAPPED source */
+} mrn_ucx_state_t;
+
+typedef ucs_status_t (*mrn_ucx_create_fn)(const ucs_rcache_params_t *, const char *,
+					  ucs_stats_node_t *, ucs_rcache_t **);
+typedef void (*mrn_ucx_destroy_fn)(ucs_rcache_t *);
+typedef ucs_status_t (*mrn_ucx_test_fn)(int);
+typedef ucs_status_t (*mrn_ucx_init_fn)(unsigned, unsigned, const ucp_params_t *,
+					const ucp_config_t *, ucp_context_h *);
+typedef ucs_status_t (*mrn_ucx_set_handler_fn)(int, int, ucm_event_callback_t, void *);
+
+/*
+ * Who may touch what:
+ *  - Written by the constructor, read-only after: real_*, version,
+ *    table_added.
+ *  - Written by the one activation (pthread_once) before it publishes
+ *    state with a release store, read-only after: config, config_filled,
+ *    refusal, why. Read state with mrn_ucx_state().
+ *  - Guarded by lock: watch, child_reopen, epoch, selftest_seen, the slot
+ *    table (slots, nslots, slot_cap, free_slot, hash), rcaches, and the
+ *    statistics but for the three counted with atomics from paths that do
+ *    not take it (checks, entry_checks, watch_failures: mrn_ucx_count).
+ *  - mrn_ucx_hot (entry_hot.h): read without any lock by the hit paths;
+ *    generation and seen are stored with atomics, seen only under lock.
+ * The lock is never held while UCX takes a lock of its own that UCX may
+ * hold when it calls us, except the one documented call: a drain calls
+ * ucm_vm_munmap() under it, which takes each cache's locks (UCX calls our
+ * mem_reg and mem_dereg without the lock, so no cycle).
+ */
+struct mrn_ucx_globals {
+	mrn_ucx_state_t state;
+	pthread_once_t once;
+	int child_reopen; /* forked: open our own context before the next lookup */
+	uint32_t epoch;   /* moves in each forked child */
+	mrn_ucx_config_t config;
+	int config_filled;
+	int table_added;      /* our table is in UCX's list */
+	unsigned version[3];  /* the running UCX's, read at load */
+	ucs_status_t refusal; /* REFUSED: what ucp_init returns */
+	char why[200];        /* not ACTIVE: the reason, for messages */
+	mrn_watch_t *watch;
+	pthread_mutex_t lock;
+	uint64_t selftest_seen; /* drains that reported the self-test's watch */
+	mrn_ucx_slot_t *slots;
+	uint32_t nslots, slot_cap, free_slot;
+	uint32_t *hash; /* live slots by range: slot_cap heads */
+	mrn_ucx_rcache_t *rcaches;
+	mrn_ucx_stats_t stats;
+	mrn_ucx_create_fn real_create;
+	mrn_ucx_destroy_fn real_destroy;
+	mrn_ucx_test_fn real_test_external;
+	mrn_ucx_init_fn real_init;
+	mrn_ucx_set_handler_fn real_set_handler;
+};
+
+extern struct mrn_ucx_globals mrn_ucx;
+
+/* Never moves: the hit paths compare it when the plugin is inactive. */
+extern const volatile uint64_t mrn_ucx_still;
+/* Reads 1 while seen is 0: makes a forked child's next lookup reopen. */
+extern const volatile uint64_t mrn_ucx_forked;
+
+static inline mrn_ucx_state_t mrn_ucx_state(void)
+{
+	return __atomic_load_n(&mrn_ucx.state, __ATOMIC_ACQUIRE);
+}
+
+static inline void mrn_ucx_count(uint64_t *counter, uint64_t n)
+{
+	__atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+/* The generation moved since the last drain. */
+static inline int mrn_ucx_moved(void)
+{
+	return __atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE) !=
+	       __atomic_load_n(&mrn_ucx_hot.seen, __ATOMIC_RELAXED);
+}
+
+/*
+ * Points the hit paths at GEN (a watch's word, or one of the two below)
+ * as drained up to SEEN.
+ */
+void mrn_ucx_hot_follow(const volatile uint64_t *gen, uint64_t seen);
+
+/* activation.c */
+void mrn_ucx_activate(void);
+void *mrn_ucx_resolve(const char *name);
+
+/* watch_table.c: all with the lock held. */
+uint32_t mrn_ucx_slot_find(uintptr_t start, size_t len);
+void mrn_ucx_slot_hash(uint32_t s);
+void mrn_ucx_slot_unhash(uint32_t s);
+uint32_t mrn_ucx_slot_alloc(void *start, size_t len);
+void mrn_ucx_slot_free(uint32_t s);
+int mrn_ucx_slot_put(uint32_t s);
+void mrn_ucx_forget_all(void);
+void mrn_ucx_slots_reset(void);
+
+/* drain.c; the assembly also reaches the last three */
+void mrn_ucx_drain(void);
+ucs_status_t mrn_ucx_get_after_drain(MRN_UCX_GET_PARAMS);
+ucs_status_t mrn_ucx_get_counted(MRN_UCX_GET_PARAMS);
+void mrn_ucx_entry_slow(void);
+int mrn_ucx_self_test(const char **why);
+
+/* entry_points.c */
+void mrn_ucx_entries_resolve(void);
+
+/* fork.c */
+void mrn_ucx_fork_handlers(void);
+void mrn_ucx_child_reopen(void); /* lock held */
+
+#endif
