@@ -111,6 +111,15 @@ TCP="env UCX_TLS=tcp,self UCX_PROTO_ENABLE=y"
 SHM="env UCX_TLS=posix,cma,self UCX_PROTO_ENABLE=y"
 
 have_rxe() { [ -e /sys/class/infiniband/rxe0 ]; }
+# Debian forky's UCX 1.23.0~rc1 ships no IB transport (no libuct_ib): there
+# nothing pins through UCX, and the rxe cases cannot run.
+ucx_ib=
+have_ucx_ib() {
+	if [ -z "$ucx_ib" ]; then
+		if ucx_info -d 2>/dev/null | grep -q 'Transport: rc_verbs'; then ucx_ib=yes; else ucx_ib=no; fi
+	fi
+	[ "$ucx_ib" = yes ]
+}
 have_mpi() { command -v mpirun >/dev/null 2>&1 && [ -x "$MPI" ]; }
 
 # case NAME NEEDS CHECK COMMAND...
@@ -226,6 +235,10 @@ for name in $selected; do
 	fi
 	if [ "$needs" = mpi ] && { ! have_mpi || ! have_rxe; }; then
 		skip "$name" "no mpirun, $MPI or rxe0"
+		continue
+	fi
+	if { [ "$needs" = rxe ] || [ "$needs" = mpi ]; } && ! have_ucx_ib; then
+		skip "$name" "this UCX has no IB transport (ucx_info -d lists no rc_verbs)"
 		continue
 	fi
 	# Open MPI's launcher refuses the guest's host name, "(none)".

@@ -113,14 +113,14 @@ else
 	if has '/dev/mrnotify is not usable'; then pass "... and says why"; else ko "... and says why"; fi
 fi
 # Another UCX at run time (the fake library makes ucp_get_version() say
-# 1.19.0): nothing of UCX is touched, not even its configuration table,
+# 1.99.0): nothing of UCX is touched, not even its configuration table,
 # every call passes through, even with ENABLE=yes, and one warning says so.
 fake=$(pwd)/ucx/.libs/libfake_ucp_version.so
 if [ -r "$fake" ]; then
 	expect "another UCX: a UCP context is created, even with ENABLE=yes" 0 \
 		env UCX_MRNOTIFY_ENABLE=yes LD_PRELOAD="$fake:$plugin" ucx_info -e -u t
 	built=$(env MRNOTIFY_UCX_PROBE=version LD_PRELOAD=$plugin true 2>&1 | sed -n 's/^libmrnotify-ucx: built for UCX \([0-9]*\.[0-9]*\),.*/\1/p')
-	if [ "$(grep -c "mrnotify: not used: this plugin was built for UCX $built.x and the process runs UCX 1.19.0; passing everything through" "$tmp/out")" = 1 ]; then
+	if [ "$(grep -c "mrnotify: not used: this plugin was built for UCX $built.x and the process runs UCX 1.99.0; passing everything through" "$tmp/out")" = 1 ]; then
 		pass "... and one warning says why"
 	else ko "... and one warning says why"; fi
 	LD_PRELOAD="$fake:$plugin" ucx_info -c >"$tmp/out" 2>&1
