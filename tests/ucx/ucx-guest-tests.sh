@@ -97,6 +97,12 @@ if [ -n "${MRN_MPI_HOSTS:-}" ]; then
 	SWEEP_ENV="env SWEEP_ARGS=--max=1048576"
 fi
 MPIRUN="mpirun --allow-run-as-root -np 2 $MPI_HOSTS --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_NET_DEVICES=rxe0:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x LD_LIBRARY_PATH -x MRNOTIFY_UCX_PLUGIN $MPI_ENV"
+# Where UCX has no IB transport (Debian forky's 1.23.0~rc1) the MPI cases
+# above cannot run; this one then shows at least that the plugin is active
+# in every rank of an Open MPI job over tcp and shared memory, through the
+# storm's threads, forks and system() (nothing pins there, so stock UCX
+# would be correct too: it is no test of staleness).
+MPIRUN_TCP="mpirun --allow-run-as-root -np 2 $MPI_HOSTS --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,posix,cma,self -x LD_LIBRARY_PATH -x MRNOTIFY_UCX_PLUGIN $MPI_ENV"
 # The IB memory domain's own cache (UCT): UCX 1.16 removed it, and there
 # uct_md_mem_reg() registers every time, which the case shows (it fails,
 # and names the gap, should a later UCX cache there again).
@@ -123,7 +129,7 @@ have_ucx_ib() {
 have_mpi() { command -v mpirun >/dev/null 2>&1 && [ -x "$MPI" ]; }
 
 # case NAME NEEDS CHECK COMMAND...
-#   NEEDS: - | rxe | mpi
+#   NEEDS: - | rxe | mpi | mpitcp (only where UCX has no IB transport)
 #   CHECK: - (exit status only) | plugin (active) | ranges (active and
 #          invalidated a range) | ranges2 (two processes did) | inactive
 #          (every process's plugin inactive) | stat:TEXT (active, and the
@@ -150,6 +156,7 @@ thp.pingpong_plugin_hits_as_stock|rxe|-|$RXE sh $here/ucx-thp.sh $PLUGIN -- $THP
 mpi.pml_ucx_rc_plugin|mpi|ranges2|$MPIRUN $PLUGIN $MPI --expect=correct
 mpi.pml_ucx_rc_storm_plugin|mpi|ranges2|$MPIRUN $PLUGIN $STORM --expect=correct
 mpi.pml_ucx_rc_storm_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $STORM --expect=corrupt
+mpi.pml_ucx_tcp_storm_plugin|mpitcp|plugin|$MPIRUN_TCP $PLUGIN $STORM --expect=correct
 apps.hpcc_plugin_same_as_stock|mpi|plugin|sh $here/../apps/hpcc-compare.sh $REGCOUNT $MPIRUN -- $PLUGIN
 apps.lammps_plugin_same_as_stock|mpi|plugin|sh $here/../apps/lammps-compare.sh $REGCOUNT $MPIRUN -- $PLUGIN
 bench.rcache_hit|-|-|$run --enable=yes $BENCH --regions=1,1024,65536
@@ -241,8 +248,17 @@ for name in $selected; do
 		skip "$name" "this UCX has no IB transport (ucx_info -d lists no rc_verbs)"
 		continue
 	fi
+	if [ "$needs" = mpitcp ]; then
+		if ! have_mpi; then
+			skip "$name" "no mpirun or $MPI"
+			continue
+		elif have_ucx_ib; then
+			skip "$name" "this UCX has an IB transport: the mpi.pml_ucx_rc cases run instead"
+			continue
+		fi
+	fi
 	# Open MPI's launcher refuses the guest's host name, "(none)".
-	if [ "$needs" = mpi ] && [ "$(hostname)" = "(none)" ]; then
+	if { [ "$needs" = mpi ] || [ "$needs" = mpitcp ]; } && [ "$(hostname)" = "(none)" ]; then
 		hostname localhost
 	fi
 	note "$name: \$ $cmd"
