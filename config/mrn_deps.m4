@@ -10,10 +10,11 @@ AC_DEFUN([MRN_CHECK_OMPI], [
     [], [with_ompi=check])
   mrn_ompi_inc=
   mrn_ompi_why=
+  # mpicc also builds the UCX tests' MPI programs (MRN_HAVE_MPICC).
+  AS_IF([test "x$with_ompi" != xno], [AC_PATH_PROG([MPICC], [mpicc])])
   AS_CASE([$with_ompi],
     [no], [mrn_ompi_why="disabled by --without-ompi"],
     [check|yes], [
-      AC_PATH_PROG([MPICC], [mpicc])
       AS_IF([test -n "$MPICC"], [
         for d in `$MPICC --showme:incdirs 2>/dev/null`; do
           AS_IF([test -r "$d/opal_config.h"], [mrn_ompi_inc=$d])

@@ -88,7 +88,7 @@
 
 struct mrn_ucx_globals mrn_ucx = {
 	.once = PTHREAD_ONCE_INIT,
-	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP,
 };
 const volatile uint64_t mrn_ucx_still;
 const volatile uint64_t mrn_ucx_forked = 1;
@@ -258,15 +258,17 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 	rc = mrn_ucx_self_test(&why);
 	if (rc < 0) {
 		mrn_ucx_hot_follow(&mrn_ucx_still, 0);
+		/* Another thread's lookup may be draining it (it moved). */
+		pthread_mutex_lock(&mrn_ucx.lock);
 		mrn_watch_close(mrn_ucx.watch);
 		mrn_ucx.watch = NULL;
+		pthread_mutex_unlock(&mrn_ucx.lock);
 		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why), "%s failed its self-test: %s (%s)",
 			 MRN_DEVICE_PATH, why, strerror(-rc));
 		return mrn_ucx_unusable(UCS_LOG_LEVEL_WARN);
 	}
 	/* Only now: from here on UCX relies on us for every unmap. */
 	ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
-	mrn_ucx_fork_handlers();
 	__atomic_store_n(&mrn_ucx_hot.count_checks, mrn_ucx.config.stats, __ATOMIC_RELAXED);
 	ucs_debug("mrnotify: %s is UCX's source of VM_UNMAPPED events", MRN_DEVICE_PATH);
 	return MRN_UCX_STATE_ACTIVE;
@@ -304,6 +306,8 @@ __attribute__((constructor)) static void mrn_ucx_init(void)
 	mrn_ucx.real_init = (mrn_ucx_init_fn)mrn_ucx_resolve("ucp_init_version");
 	mrn_ucx.real_set_handler = (mrn_ucx_set_handler_fn)mrn_ucx_resolve("ucm_set_event_handler");
 	mrn_ucx_entries_resolve();
+	/* Before UCX registers its own (fork.c says why). */
+	mrn_ucx_fork_handlers();
 
 	/* A stable entry point in every UCX; nothing else is touched before. */
 	ucp_get_version(&mrn_ucx.version[0], &mrn_ucx.version[1], &mrn_ucx.version[2]);

@@ -70,7 +70,9 @@
 	X(ucp_disconnect_nb)
 
 /*
- * The rest, read in UCX 1.13 to 1.23 (openucx/ucx, src/ucp): none looks a
+ * The rest, read in UCX 1.13 to 1.23 (openucx/ucx, src/ucp; ucp_device_*
+ * from 1.20, whose 1.20 ucp_device_mem_list_create became the local and
+ * remote ones in 1.21): none looks a
  * registration up in UCP's cache or progresses posted requests. They take
  * handles made earlier (a memh, an rkey, a request), query or configure,
  * create or destroy objects, or wait for an event after which the caller
@@ -81,7 +83,8 @@
 	X(ucp_config_read) X(ucp_config_release) X(ucp_conn_request_query) \
 	X(ucp_context_print_info) X(ucp_context_query) X(ucp_device_counter_init) \
 	X(ucp_device_counter_read) X(ucp_device_get_mem_list_length) \
-	X(ucp_device_local_mem_list_create) X(ucp_device_mem_list_release) \
+	X(ucp_device_local_mem_list_create) X(ucp_device_mem_list_create) \
+	X(ucp_device_mem_list_release) \
 	X(ucp_device_remote_mem_list_create) X(ucp_dt_create_generic) X(ucp_dt_destroy) \
 	X(ucp_dt_query) X(ucp_ep_create) X(ucp_ep_evaluate_perf) X(ucp_ep_modify_nb) \
 	X(ucp_ep_print_info) X(ucp_ep_query) X(ucp_ep_rkey_unpack) X(ucp_get_version) \

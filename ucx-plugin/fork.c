@@ -6,6 +6,14 @@
  * both sides. The child lets go of the parent's watch (the status page is
  * not inherited and the context answers only the parent), and its next
  * lookup opens its own.
+ *
+ * The handlers are registered at load, before UCX can register its own:
+ * prepare handlers run in the reverse order of registration, so ours runs
+ * last, after UCX's ucs_rcache_before_fork() has purged idle regions
+ * through our mem_dereg (which takes the lock). The lock is an
+ * error-checking one: a fork from a signal handler that interrupted this
+ * thread while it held the lock (UCX_HANDLE_ERRORS=debug starting gdb)
+ * gets EDEADLK instead of hanging, and then nothing is unlocked after.
  */
 #include "plugin.h"
 
@@ -14,28 +22,39 @@
 
 #include <string.h>
 
+/* Set by prepare in the forking thread: it took the lock. */
+static __thread int mrn_ucx_fork_locked;
+
 static void mrn_ucx_fork_prepare(void)
 {
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_fork_locked = pthread_mutex_lock(&mrn_ucx.lock) == 0;
 }
 
 static void mrn_ucx_fork_parent(void)
 {
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	if (mrn_ucx_fork_locked)
+		pthread_mutex_unlock(&mrn_ucx.lock);
 }
 
-/* Only system calls and stores: the child of a threaded parent. */
+/*
+ * The child of a possibly threaded parent: system calls, stores, and the
+ * free() in mrn_watch_abandon() (glibc's malloc is usable in a child
+ * handler). Only an active plugin has anything to let go of.
+ */
 static void mrn_ucx_fork_child(void)
 {
-	if (mrn_ucx.watch != NULL) {
-		/* Closes the parent's fd in the child; the parent's stays. */
-		mrn_watch_abandon(mrn_ucx.watch);
-		mrn_ucx.watch = NULL;
+	if (mrn_ucx_state() == MRN_UCX_STATE_ACTIVE) {
+		if (mrn_ucx.watch != NULL) {
+			/* Closes the parent's fd in the child; the parent's stays. */
+			mrn_watch_abandon(mrn_ucx.watch);
+			mrn_ucx.watch = NULL;
+		}
+		mrn_ucx.epoch++;
+		mrn_ucx.child_reopen = 1;
+		mrn_ucx_hot_follow(&mrn_ucx_forked, 0);
 	}
-	mrn_ucx.epoch++;
-	mrn_ucx.child_reopen = 1;
-	mrn_ucx_hot_follow(&mrn_ucx_forked, 0);
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	if (mrn_ucx_fork_locked)
+		pthread_mutex_unlock(&mrn_ucx.lock);
 }
 
 void mrn_ucx_fork_handlers(void)

@@ -70,6 +70,9 @@ extern "C" void mrn_watch_abandon(mrn_watch_t *watch)
 {
 	if (!watch)
 		return;
+	// mrn_watch_open() makes only the kernel monitor, whose destructor
+	// does nothing once it has let go of its descriptor (a cache's other
+	// monitors are released instead: cache.cc's check_fork).
 	watch->monitor->abandon_after_fork();
 	delete watch;
 }

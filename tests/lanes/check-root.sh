@@ -14,6 +14,7 @@
 #
 # Usage: check-root.sh --srcdir DIR --builddir DIR --stack 6.12|forky
 #                      [--guest REGEX] [-- CONFIGURE-ARGS...]
+# (in this order: --srcdir and --builddir first)
 # The tree is configured in BUILDDIR/NAME (debian13, forky) with
 # --enable-werror and CONFIGURE-ARGS. Results, read by
 # tests/harness/test-summary.sh:
@@ -24,7 +25,7 @@
 #                                    missing: SKIP; build failed: FAIL)
 set -u -o pipefail
 prog=$(basename "$0")
-lane_help=4,26
+lane_help=4,25
 # shellcheck source=../harness/script-lib.sh
 . "$(dirname "$0")/../harness/script-lib.sh"
 # shellcheck source=../harness/tap.sh
@@ -34,8 +35,8 @@ set -- "${lane_rest[@]+"${lane_rest[@]}"}"
 stack= guest_re=
 while [ $# -gt 0 ]; do
 	case $1 in
-	--stack) stack=$2; shift 2 ;;
-	--guest) guest_re=$2; shift 2 ;;
+	--stack) stack=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+	--guest) guest_re=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
 	--) shift; break ;;
 	*) break ;;
 	esac

@@ -10,8 +10,9 @@ set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 check=$src/ucx-plugin/check-entries.sh
 list=$src/ucx-plugin/entry_list.h
+# make check passes configure's (AM_TESTS_ENVIRONMENT); by hand, the system's.
 cc=${CC:-cc}
-cflags=$(pkg-config --cflags ucx 2>/dev/null) || cflags=
+cflags=${MRN_UCX_CFLAGS-$(pkg-config --cflags ucx 2>/dev/null)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
