@@ -11,7 +11,9 @@
 #
 # Exit status: 0 when every program exited 0 (or 77: skipped) and the kernel log is clean,
 # 1 when a program failed or the kernel complained, 2 on a usage or set-up
-# error, 3 when the guest did not finish in time (it is killed).
+# error, 3 when the guest did not finish in time (it is killed), 4 when it
+# did not start its first command within --boot-timeout (it is killed).
+
 
 set -u -o pipefail
 
@@ -85,6 +87,11 @@ Options:
   --allow-kernel-warnings
                         do not fail when the guest kernel log has a WARNING,
                         BUG, Oops or lockdep report
+  --boot-timeout SECONDS
+                        kill the guest when it has not started its first
+                        command after this long (exit status 4; default:
+                        no limit but --timeout): a boot that hung, which a
+                        caller may try again
   --quiet               print only failing commands' output
   -h, --help            this text
 EOF
@@ -110,6 +117,7 @@ cwd=$PWD
 envs=()
 binds=()
 timeout_s=900
+boot_timeout_s=0
 test_timeout_s=600
 memory=2048
 smp=2
@@ -146,6 +154,7 @@ while [ $# -gt 0 ]; do
 	--kernel-arg) kernel_args+=("$2"); shift 2 ;;
 	--kernel-clock) tsc_watchdog_off=0; shift ;;
 	--quiet) quiet=1; shift ;;
+	--boot-timeout) boot_timeout_s=$2; shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	--) shift; break ;;
 	-*) usage >&2; die "unknown option $1" ;;
@@ -225,7 +234,8 @@ if [ -z "$results" ]; then
 else
 	mkdir -p "$results" || die "cannot create $results"
 	rm -f "$results"/*.out "$results"/*.rc "$results"/serial.log \
-		"$results"/dmesg.txt "$results"/setup.* "$results"/done "$results"/kernel-log
+		"$results"/dmesg.txt "$results"/setup.* "$results"/done "$results"/kernel-log \
+		"$results"/boot-hung
 fi
 results=$(readlink -f "$results")
 
@@ -374,6 +384,21 @@ fi
 
 echo "$prog: booting $kernel_image ($release)$([ "$root" != / ] && echo " on $root") with ${#modules[@]} module(s)$([ "$rxe" = 1 ] && echo ' and rxe0'), $# command(s)" >&2
 start=$(date +%s)
+# The boot watchdog: the guest's init says "guest: running" (or that its
+# set-up failed) on the console before its first command.
+if [ "$boot_timeout_s" -gt 0 ]; then
+	(
+		waited=0
+		while [ "$waited" -lt "$boot_timeout_s" ]; do
+			sleep 5
+			waited=$((waited + 5))
+			grep -q '^guest: ' "$results/serial.log" 2>/dev/null && exit 0
+		done
+		: >"$results/boot-hung"
+		pkill -KILL -f -- "-virtfs local,path=$results,mount_tag=results" 2>/dev/null
+	) &
+	watchdog=$!
+fi
 timeout --foreground -s KILL "$timeout_s" "$qemu" \
 	-machine q35 -accel tcg -cpu max -m "$memory" -smp "$smp" \
 	"${numaargs[@]+"${numaargs[@]}"}" \
@@ -384,6 +409,12 @@ timeout --foreground -s KILL "$timeout_s" "$qemu" \
 	"${netargs[@]}" </dev/null >"$results/serial.log" 2>&1
 qrc=$?
 elapsed=$(($(date +%s) - start))
+[ -n "${watchdog:-}" ] && { kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null; }
+if [ -e "$results/boot-hung" ]; then
+	echo "$prog: the guest did not start its first command within ${boot_timeout_s}s and was killed; last lines of the console ($results/serial.log):" >&2
+	tail -n 20 "$results/serial.log" >&2
+	exit 4
+fi
 
 # --- report -------------------------------------------------------------------
 
