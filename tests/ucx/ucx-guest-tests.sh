@@ -125,8 +125,10 @@ ucx_ib=
 have_ucx_ib() {
 	if [ -z "$ucx_ib" ]; then
 		libucp=$(ldd "$XFER" 2>/dev/null | awk '/libucp\.so/ { print $3; exit }')
-		if [ -n "$libucp" ] && ls "${libucp%/*}"/ucx/libuct_ib.so* >/dev/null 2>&1; then
-			ucx_ib=yes
+		if [ -n "$libucp" ]; then
+			if ls "${libucp%/*}"/ucx/libuct_ib.so* >/dev/null 2>&1; then ucx_ib=yes; else ucx_ib=no; fi
+		elif ucx_info -d 2>/dev/null | grep -q 'Transport: rc_verbs'; then
+			ucx_ib=yes # no ldd here: what UCX lists
 		else
 			ucx_ib=no
 		fi
