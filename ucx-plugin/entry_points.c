@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The check on every lookup. The hit paths themselves are assembly
- * (entry_<arch>.S): ucs_rcache_get(), every lookup of every cache in UCX
+ * (entry_x86_64.S, entry_aarch64.S: the same paths, tested without UCX by
+ * tests/ucx/test_trampolines.c): ucs_rcache_get(), every lookup of every cache in UCX
  * 1.13 and every miss later, and from 1.14 on a trampoline for each UCP
  * entry point in entry_list.h. Here: what they read and jump through.
  */
@@ -11,9 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#define MRN_UCX_GET_IN_C 1
 #if MRN_UCX_ENTRY_CHECKS
-#error "libmrnotify-ucx: the UCP entry-point checks (UCX >= 1.14) have assembly for x86-64 only"
+#error "libmrnotify-ucx: the UCP entry-point checks (UCX >= 1.14) have assembly for x86-64 and aarch64 only"
 #endif
 #endif
 
@@ -21,7 +23,7 @@ __attribute__((visibility("hidden"))) mrn_ucx_hot_t mrn_ucx_hot = {
 	.generation = &mrn_ucx_still,
 };
 
-#if !defined(__x86_64__)
+#ifdef MRN_UCX_GET_IN_C
 /* Elsewhere, C: signature-agnostic only as long as this compiles to a tail jump. */
 MRN_UCX_EXPORT ucs_status_t ucs_rcache_get(MRN_UCX_GET_PARAMS)
 {

@@ -12,7 +12,9 @@
  */
 #include "entry_hot.h"
 #include "entry_list.h"
+#ifndef MRN_UCX_ENTRY_CHECKS
 #include "ucx_versions.h"
+#endif
 
 #if defined(__x86_64__)
 
