@@ -12,6 +12,7 @@
  * reached with "br x16", which a "bti c" landing pad accepts.
  */
 #include "entry_hot.h"
+#include "gnu_property.h"
 #include "entry_list.h"
 #ifndef MRN_UCX_ENTRY_CHECKS
 #include "ucx_versions.h"
@@ -127,16 +128,8 @@ MRN_UCX_ENTRIES(MRN_UCX_ENTRY_ASM)
 #else
 #define MRN_FEATURE_PAC 0
 #endif
-	.section .note.gnu.property, "a"
-	.p2align 3
-	.long	4		/* name size */
-	.long	16		/* descriptor size */
-	.long	5		/* NT_GNU_PROPERTY_TYPE_0 */
-	.asciz	"GNU"
-	.long	0xc0000000	/* GNU_PROPERTY_AARCH64_FEATURE_1_AND */
-	.long	4
-	.long	(MRN_FEATURE_BTI | MRN_FEATURE_PAC)
-	.p2align 3
+/* GNU_PROPERTY_AARCH64_FEATURE_1_AND: BTI 1, PAC 2 */
+MRN_GNU_PROPERTY(0xc0000000, (MRN_FEATURE_BTI | MRN_FEATURE_PAC))
 #endif
 #endif /* __aarch64__ */
 

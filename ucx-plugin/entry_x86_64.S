@@ -11,6 +11,7 @@
  * function as it was made.
  */
 #include "entry_hot.h"
+#include "gnu_property.h"
 #include "entry_list.h"
 #ifndef MRN_UCX_ENTRY_CHECKS
 #include "ucx_versions.h"
@@ -115,16 +116,8 @@ MRN_UCX_ENTRIES(MRN_UCX_ENTRY_ASM)
  * library. Every symbol above starts with ENDBR and every call returns.
  */
 #if defined(__CET__)
-	.section .note.gnu.property, "a"
-	.p2align 3
-	.long	4		/* name size */
-	.long	16		/* descriptor size */
-	.long	5		/* NT_GNU_PROPERTY_TYPE_0 */
-	.asciz	"GNU"
-	.long	0xc0000002	/* GNU_PROPERTY_X86_FEATURE_1_AND */
-	.long	4
-	.long	(__CET__ & 3)	/* IBT, SHSTK */
-	.p2align 3
+/* GNU_PROPERTY_X86_FEATURE_1_AND: IBT 1, SHSTK 2 */
+MRN_GNU_PROPERTY(0xc0000002, (__CET__ & 3))
 #endif
 #endif /* __x86_64__ */
 
