@@ -5,7 +5,9 @@
 # root has (the upstream tags 1.19 to 1.22, or a newer tree), outside CI:
 #   1. builds UCX from SOURCE (an unpacked openucx/ucx tree at a tag, with
 #      verbs and rdmacm) in a chroot of the Debian 13 root, installed under
-#      $MRNOTIFY_STACKS_DIR/ucx-VERSION (never in the source tree);
+#      $MRNOTIFY_UCX_DIR (default /opt/mrnotify-ucx)/ucx-VERSION, never in
+#      the source tree (a folder the guest can bind: the Debian 13 root's
+#      /opt is empty, its /var/cache is not);
 #   2. configures and builds this project against it there, in
 #      BUILDDIR/ucx-VERSION (configure's UCX is that one);
 #   3. runs the plugin's host tests there, and its guest tests (cache, xfer,
@@ -40,14 +42,14 @@ eval "$("$stacks" env 6.12)"
 ver=$(sed -n 's/^define(\[ucx_ver_\(major\|minor\|patch\)\], \([0-9]*\)).*/\2/p' "$ucx_src/configure.ac" |
 	paste -sd.)
 [ -n "$ver" ] || { echo "$prog: no version in $ucx_src/configure.ac" >&2; exit 1; }
-prefix=$cache/ucx-$ver
+prefix=${MRNOTIFY_UCX_DIR:-/opt/mrnotify-ucx}/ucx-$ver
 b=$builddir/ucx-$ver
 mkdir -p "$b" || exit 1
 in_root() { # DIR CMD...: run CMD in the Debian 13 chroot, in DIR
 	local d=$1
 	shift
 	(cd "$d" && nice "$stacks" run 6.12 --bind "$srcdir" --bind "$ucx_src" --bind "$cache" \
-		--bind "$STACK_OMPI_SOURCE" "$@")
+		--bind "$STACK_OMPI_SOURCE" --bind "${prefix%/*}" "$@")
 }
 
 if [ ! -e "$prefix/.complete" ]; then
