@@ -88,7 +88,7 @@
 
 struct mrn_ucx_globals mrn_ucx = {
 	.once = PTHREAD_ONCE_INIT,
-	.lock = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP,
+	.lock = PTHREAD_MUTEX_INITIALIZER,
 };
 const volatile uint64_t mrn_ucx_still;
 const volatile uint64_t mrn_ucx_forked = 1;

@@ -10,10 +10,11 @@
  * The handlers are registered at load, before UCX can register its own:
  * prepare handlers run in the reverse order of registration, so ours runs
  * last, after UCX's ucs_rcache_before_fork() has purged idle regions
- * through our mem_dereg (which takes the lock). The lock is an
- * error-checking one: a fork from a signal handler that interrupted this
- * thread while it held the lock (UCX_HANDLE_ERRORS=debug starting gdb)
- * gets EDEADLK instead of hanging, and then nothing is unlocked after.
+ * through our mem_dereg (which takes the lock). The lock is a plain mutex:
+ * the child's thread has a new thread id, and an error-checking mutex
+ * would refuse its unlock (EPERM) and stay locked in the child for ever
+ * (tried: ucx_stale --fork hung on UCX 1.22). A fork from a signal handler
+ * that interrupted a thread holding the lock still hangs in prepare.
  */
 #include "plugin.h"
 
@@ -22,18 +23,14 @@
 
 #include <string.h>
 
-/* Set by prepare in the forking thread: it took the lock. */
-static __thread int mrn_ucx_fork_locked;
-
 static void mrn_ucx_fork_prepare(void)
 {
-	mrn_ucx_fork_locked = pthread_mutex_lock(&mrn_ucx.lock) == 0;
+	pthread_mutex_lock(&mrn_ucx.lock);
 }
 
 static void mrn_ucx_fork_parent(void)
 {
-	if (mrn_ucx_fork_locked)
-		pthread_mutex_unlock(&mrn_ucx.lock);
+	pthread_mutex_unlock(&mrn_ucx.lock);
 }
 
 /*
@@ -53,8 +50,7 @@ static void mrn_ucx_fork_child(void)
 		mrn_ucx.child_reopen = 1;
 		mrn_ucx_hot_follow(&mrn_ucx_forked, 0);
 	}
-	if (mrn_ucx_fork_locked)
-		pthread_mutex_unlock(&mrn_ucx.lock);
+	pthread_mutex_unlock(&mrn_ucx.lock);
 }
 
 void mrn_ucx_fork_handlers(void)

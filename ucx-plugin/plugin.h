@@ -24,7 +24,7 @@
 #ifndef MRN_UCX_PLUGIN_H
 #define MRN_UCX_PLUGIN_H
 
-/* dlsym(RTLD_NEXT), RTLD_NOLOAD, the error-checking mutex initializer. */
+/* dlsym(RTLD_NEXT), RTLD_NOLOAD. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -140,7 +140,7 @@ typedef ucs_status_t (*mrn_ucx_set_handler_fn)(int, int, ucm_event_callback_t, v
  *  - Written by the one activation (pthread_once) before it publishes
  *    state with a release store, read-only after: config, config_filled,
  *    refusal, why. Read state with mrn_ucx_state().
- *  - Guarded by lock (error-checking: fork.c says why): watch, child_reopen, epoch, selftest_seen, the slot
+ *  - Guarded by lock (held across fork(): fork.c): watch, child_reopen, epoch, selftest_seen, the slot
  *    table (slots, nslots, slot_cap, free_slot, hash), rcaches, and the
  *    statistics but for the three counted with atomics from paths that do
  *    not take it (checks, entry_checks, watch_failures: mrn_ucx_count).
