@@ -145,8 +145,9 @@ build_510() { # $1: out dir
 t_root=$cache/trixie-root
 # What other-stacks.md lists: the project's build dependencies, Open MPI 5,
 # UCX 1.18, libfabric 2.1 (the libfabric monitor's storm) and Debian 13's
-# kernel with headers.
-t_packages=build-essential,autoconf,automake,libtool,pkg-config,libibverbs-dev,librdmacm-dev,ibverbs-providers,ibverbs-utils,libopenmpi-dev,openmpi-bin,libucx-dev,ucx-utils,libhwloc-dev,libgtest-dev,kmod,iproute2,rdma-core,linux-image-amd64,linux-headers-amd64,hpcc,lammps,lammps-examples,trinity,libfabric-dev,libfabric-bin
+# kernel with headers; dropbear for the two-node storm (check-root.sh
+# --two-nodes).
+t_packages=build-essential,autoconf,automake,libtool,pkg-config,libibverbs-dev,librdmacm-dev,ibverbs-providers,ibverbs-utils,libopenmpi-dev,openmpi-bin,libucx-dev,ucx-utils,libhwloc-dev,libgtest-dev,kmod,iproute2,rdma-core,linux-image-amd64,linux-headers-amd64,hpcc,lammps,lammps-examples,trinity,libfabric-dev,libfabric-bin,dropbear-bin
 
 # Complete, and holding every package of the list: a root made before a
 # package was added to its list is made again.

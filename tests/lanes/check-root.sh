@@ -13,13 +13,18 @@
 #                  (make check-forky)
 #
 # Usage: check-root.sh --srcdir DIR --builddir DIR --stack 6.12|forky
-#                      [--guest REGEX] [-- CONFIGURE-ARGS...]
+#                      [--guest REGEX] [--two-nodes] [-- CONFIGURE-ARGS...]
+# --two-nodes: then the Open MPI component's btl/uct storm (tests/mca/
+# guest.sh uct) across two guests of that release on a private link
+# (lanes/check-two-nodes.sh), node 2's module counters checked.
 # (in this order: --srcdir and --builddir first)
 # The tree is configured in BUILDDIR/NAME (debian13, forky) with
 # --enable-werror and CONFIGURE-ARGS. Results, read by
 # tests/harness/test-summary.sh:
 #   BUILDDIR/NAME/tests/**/*.log     make check's logs
 #   BUILDDIR/NAME/guest-results/     N.out / N.rc per guest command
+#   BUILDDIR/NAME/two-nodes-results/node[12]/
+#                                    the same, for each of the two guests
 #   BUILDDIR/NAME/status.log         one TAP result line when a step did
 #                                    not get to run its tests (stack
 #                                    missing: SKIP; build failed: FAIL)
@@ -32,9 +37,10 @@ lane_help=4,25
 . "$(dirname "$0")/../harness/tap.sh"
 lane_args "$@"
 set -- "${lane_rest[@]+"${lane_rest[@]}"}"
-stack= guest_re=
+stack= guest_re= two_nodes=no
 while [ $# -gt 0 ]; do
 	case $1 in
+	--two-nodes) two_nodes=yes; shift ;;
 	--stack) stack=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
 	--guest) guest_re=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
 	--) shift; break ;;
@@ -50,7 +56,7 @@ stacks=$srcdir/tests/harness/stacks.sh
 b=$builddir/$name
 mkdir -p "$b" || exit 2
 # No results of an earlier run may be counted for this one.
-rm -rf "$b/guest-results" "$b/status.log"
+rm -rf "$b/guest-results" "$b/two-nodes-results" "$b/status.log"
 [ -d "$b/tests" ] && find "$b/tests" \( -name '*.log' -o -name '*.trs' \) -delete
 t_start=$(date +%s)
 
@@ -128,12 +134,12 @@ mapfile -t flags <"$b/tests/guest-flags.list"
 	exit 1
 }
 echo "== the guest tests: $release's $STACK_RELEASE booting the $release root"
-nice "$srcdir/tests/harness/run-in-guest.sh" --root "$STACK_ROOT" \
-	--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE" \
-	--kernel-image "$STACK_IMAGE" "${flags[@]}" \
-	--cwd "$b/tests" --bind "$srcdir" --bind "$b" \
-	--test-timeout 1500 --timeout 3000 --quiet --results "$b/guest-results" \
-	"${cmds[@]}" || status=1
+guest_run=(nice "$srcdir/tests/harness/run-in-guest.sh" --root "$STACK_ROOT"
+	--modules-root "$STACK_MODULES_ROOT" --release "$STACK_RELEASE"
+	--kernel-image "$STACK_IMAGE" "${flags[@]}"
+	--cwd "$b/tests" --bind "$srcdir" --bind "$b"
+	--test-timeout 1500 --timeout 3000 --quiet)
+"${guest_run[@]}" --results "$b/guest-results" "${cmds[@]}" || status=1
 # Commands the guest never ran (it stopped early) have no N.rc: failures.
 shopt -s nullglob
 rcs=("$b"/guest-results/[0-9]*.rc)
@@ -146,4 +152,17 @@ if [ "$not_run" -gt 0 ]; then
 	status=1
 fi
 elapsed "guest tests"
+[ $two_nodes = yes ] || exit $status
+
+# The btl/uct storm with one rank on each of two guests: the component's
+# guest command with its uct group only.
+uct_cmd=$(grep -m1 -- '/tests/mca/guest\.sh$' "$b/tests/guest-commands.list")
+if [ -z "$uct_cmd" ]; then
+	status_line skip "two nodes: the Open MPI component was not built in the $release root"
+	exit $status
+fi
+echo "== two nodes: the btl/uct storm across two $release guests"
+bash "$srcdir/tests/lanes/check-two-nodes.sh" --results "$b/two-nodes-results" \
+	--command "$uct_cmd uct" -- "${guest_run[@]}" || status=1
+elapsed "two nodes"
 exit $status

@@ -29,10 +29,12 @@ my_address() {
 	ip -4 -o addr show dev eth0 | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p' | head -n 1
 }
 
-# Open MPI's launcher and its out-of-band channel over the link.
+# Open MPI's launcher and its out-of-band channel over the link: Open MPI
+# 4's names (ORTE), and PRRTE's, which launches Open MPI 5's jobs.
 mpi_env() {
-	export OMPI_MCA_plm_rsh_agent=dbclient
-	export OMPI_MCA_oob_tcp_if_include=eth0 OMPI_MCA_btl_tcp_if_include=eth0
+	export OMPI_MCA_plm_rsh_agent=dbclient PRTE_MCA_plm_ssh_agent=dbclient
+	export OMPI_MCA_oob_tcp_if_include=eth0 PRTE_MCA_oob_tcp_if_include=eth0
+	export OMPI_MCA_btl_tcp_if_include=eth0
 	export MRN_MPI_HOSTS="$(my_address),$1"
 }
 
@@ -85,7 +87,11 @@ connect)
 	pass "logged in to $out ($peer) after ${waited} s"
 	mpi_env "$peer"
 	# One rank on each node, or the later cases prove nothing.
-	names=$(mpirun --allow-run-as-root --host "$MRN_MPI_HOSTS" -np 2 --map-by node hostname 2>&1)
+	# --oversubscribe: PRRTE (Open MPI 5) counts no free slot on its own
+	# node when --host names it by address ("node node1 has 0 slots
+	# available"); by node, the ranks still go one to each.
+	names=$(mpirun --allow-run-as-root --host "$MRN_MPI_HOSTS" -np 2 --map-by node --oversubscribe \
+		hostname 2>&1)
 	echo "$names" | sed 's/^/# /'
 	if echo "$names" | grep -qx "$(hostname)" && echo "$names" | grep -qx "$out"; then
 		pass "mpirun placed one rank on $(hostname) and one on $out"
@@ -98,7 +104,8 @@ mpi)
 	[ $# -ge 2 ] || die "usage: $prog mpi PEER CMD..."
 	mpi_env "$1"
 	shift
-	exec "$@"
+	# env: CMD may start with VAR=VALUE words.
+	exec env "$@"
 	;;
 stop)
 	[ $# -eq 1 ] || die "usage: $prog stop PEER"

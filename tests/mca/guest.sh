@@ -1,7 +1,8 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
 # mrnotify.ko loaded (tests/harness/run-in-guest.sh --module .../mrnotify.ko).
 #
-#   sh tests/mca/guest.sh [api|rxe|mpi|uct|demo|probe|bench|patterns ...]   (default: api rxe mpi uct)
+#   sh tests/mca/guest.sh [api|rxe|mpi|uct|uctapps|demo|probe|bench|patterns ...]
+#                                   (default: api rxe mpi uct uctapps)
 #
 #   bench     (figures, make bench-guest) bench/rcache_bench hits: the hit
 #         path of grdma and the component, kernel monitor
@@ -18,9 +19,14 @@
 #         and pins through UCX's verbs memory domain): the MPI storm
 #         (tests/ucx/mpi_unmap_storm: fork and system() between rounds)
 #         with our cache serving grdma, kernel monitor, no hooks (one and
-#         two threads); the negative control, stock grdma with Open MPI's
+#         two threads), and by MPI_Put into a window made each round
+#         (osc/rdma); the negative controls, stock grdma with Open MPI's
 #         hooks on against raw system calls, must corrupt. Skipped
 #         where Open MPI has no btl/uct (4.1.4's refuses UCX after 1.8)
+#   uctapps  over the same btl/uct, stock grdma (hooks on) against our
+#         cache, registrations counted (tests/apps/libregcount.so): the
+#         latency/bandwidth sweep (ours must not register more often), hpcc
+#         and LAMMPS (the same results, ours registering)
 #   demo  the same job, showing the statistics each rank prints at finalize
 #   probe (evidence, not a test) what Open MPI 4.1's transports that use an
 #         rcache do over rxe0: btl/openib, btl/ofi with verbs;ofi_rxm
@@ -153,57 +159,122 @@ run_demo() {
 }
 
 # ob1 + btl/uct over rxe0 (UCX's verbs memory domain; UD's address check
-# fails on rxe's RoCE addresses).
+# fails on rxe's RoCE addresses). MRN_MPI_HOSTS (tests/lanes/two-nodes.sh):
+# one rank on each of two guests, else both here.
 STORM=$MCA_TESTDIR/../ucx/mpi_unmap_storm
-mpirun_uct() { # EXPECT THREADS MPIRUN-OPTIONS...
-	expect=$1 threads=$2
-	shift 2
+APPS=$MCA_TESTDIR/../apps
+uct_launch() { # the mpirun command line, without the program
 	root=
 	[ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
-	timeout "${MCA_TEST_TIMEOUT:-900}" mpirun $root --oversubscribe -np "$NP" \
-		--mca pml ob1 --mca btl self,uct --mca btl_uct_memory_domains rxe0 \
-		-x UCX_UD_VERBS_ETH_DGID_CHECK=n --mca osc ^rdma "$@" \
-		"$STORM" --size=1048576 --rounds=12 --threads="$threads" --fork --expect="$expect"
+	where=--oversubscribe
+	[ -n "${MRN_MPI_HOSTS:-}" ] && where="--host $MRN_MPI_HOSTS --map-by node --oversubscribe"
+	echo "mpirun $root $where -np $NP --mca pml ob1 --mca btl self,uct" \
+		"--mca btl_uct_memory_domains rxe0 -x UCX_UD_VERBS_ETH_DGID_CHECK=n"
+}
+# mpirun_uct EXPECT THREADS p2p|osc MPIRUN-OPTIONS...: the storm by
+# MPI_Sendrecv or (osc) by MPI_Put into windows under osc/rdma.
+mpirun_uct() {
+	expect=$1 threads=$2 how=$3
+	shift 3
+	osc=^rdma storm_how=
+	[ "$how" = osc ] && osc=rdma storm_how=--osc
+	# shellcheck disable=SC2046,SC2086 # uct_launch's words; storm_how may be empty
+	timeout "${MCA_TEST_TIMEOUT:-900}" $(uct_launch) --mca osc $osc "$@" \
+		"$STORM" --size=1048576 --rounds=12 --threads="$threads" --fork $storm_how \
+		--expect="$expect"
 }
 
-# uct_case NAME EXPECT THREADS MPIRUN-OPTIONS...: one result from the
-# storm's exit status (0 when the result is EXPECT: correct or corrupt).
+# uct_case NAME EXPECT THREADS p2p|osc MPIRUN-OPTIONS...: one result from
+# the storm's exit status (0 when the result is EXPECT: correct or corrupt).
 uct_case() {
-	name=$1 expect=$2 threads=$3
-	shift 3
-	mpirun_uct "$expect" "$threads" "$@" >"$OUT" 2>&1
+	name=$1 expect=$2 threads=$3 how=$4
+	shift 4
+	mpirun_uct "$expect" "$threads" "$how" "$@" >"$OUT" 2>&1
 	rc=$?
 	show "$OUT" 30
 	[ $rc -eq 0 ] && pass "uct: $name (expected $expect)" || fail "uct: $name (exit $rc, expected $expect)"
 }
 
-run_uct() {
-	why=
+# uct_missing PROGRAM: why btl/uct cannot run PROGRAM here (empty: it can).
+uct_missing() {
 	if ! ompi_info 2>/dev/null | grep -q 'MCA btl: uct'; then
-		why="this Open MPI has no btl/uct (Open MPI 4.1.4's configure refuses UCX after 1.8)"
-	elif [ ! -x "$STORM" ]; then
-		why="no $STORM (built with Open MPI and the UCX plugin)"
+		echo "this Open MPI has no btl/uct (Open MPI 4.1.4's configure refuses UCX after 1.8)"
+	elif [ ! -x "$1" ]; then
+		echo "no $1 (built with Open MPI and the UCX plugin)"
 	elif ! ibv_devices 2>/dev/null | grep -q rxe0; then
-		why="no rxe0 (run-in-guest.sh --rxe)"
+		echo "no rxe0 (run-in-guest.sh --rxe)"
 	fi
+}
+
+# Our cache in btl/uct: serving grdma, the kernel monitor, no memory hooks.
+UCT_OURS="$GRDMA_MCA --mca memory ^patcher --mca rcache_${RC}_monitor kernel"
+
+run_uct() {
+	why=$(uct_missing "$STORM")
 	if [ -n "$why" ]; then
 		skip "uct: the MPI storm over btl/uct" "$why"
 		return
 	fi
-	ours="$GRDMA_MCA --mca memory ^patcher --mca rcache_${RC}_monitor kernel"
+	ours=$UCT_OURS
 	uct_case "the storm, 2 threads a rank, our cache serving grdma, kernel monitor, no hooks" \
-		correct 2 $ours --mca "rcache_${RC}_print_stats" 1
+		correct 2 p2p $ours --mca "rcache_${RC}_print_stats" 1
 	# Each rank's btl/uct got our cache, under the memory domain's name.
 	n=$(grep "$RC_LOG: stats " "$OUT" | grep -c 'cache=uct\.rxe0')
 	[ "$n" -ge "$NP" ] && pass "uct: each rank's btl/uct cache (uct.rxe0) is ours ($n)" ||
 		fail "uct: $n of $NP ranks printed our cache's statistics for uct.rxe0"
-	uct_case "the storm, 1 thread a rank, our cache" correct 1 $ours
+	uct_case "the storm, 1 thread a rank, our cache" correct 1 p2p $ours
 	# The stock set-up, Open MPI's hooks on: they see glibc's calls, not
 	# the system calls themselves. (With the hooks off, Open MPI 5.0.7
 	# refuses to leave registrations pinned, and asked to with
 	# mpi_leave_pinned 1 the rank crashes in mca_btl_base_select: there is
 	# no stock blind cache to run.)
-	uct_case "stock grdma, Open MPI's hooks on, raw system calls (negative control)" corrupt 2
+	uct_case "stock grdma, Open MPI's hooks on, raw system calls (negative control)" corrupt 2 p2p
+	# One-sided: osc/rdma registers each round's window through the same
+	# cache; a stale registration lets the peer's MPI_Put land in the pages
+	# the window had before its memory was replaced.
+	uct_case "the storm by MPI_Put into windows (osc/rdma), our cache" correct 1 osc $ours \
+		--mca "rcache_${RC}_print_stats" 1
+	uct_case "the storm by MPI_Put, stock grdma, hooks on, raw system calls (negative control)" \
+		corrupt 1 osc
+}
+
+# app_case NAME COMMAND...: one result from a comparison script of
+# tests/apps (exit 0: pass, 77: skip, else fail), its output as comments.
+app_case() {
+	name=$1
+	shift
+	"$@" >"$OUT" 2>&1
+	rc=$?
+	show "$OUT"
+	case $rc in
+	0) pass "uctapps: $name" ;;
+	77) skip "uctapps: $name" "$(tail -n 1 "$OUT")" ;;
+	*) fail "uctapps: $name (exit $rc)" ;;
+	esac
+}
+
+# Applications over btl/uct, stock grdma (Open MPI's hooks on) against our
+# cache (UCT_OURS), libregcount.so counting the registrations of every rank:
+# the latency/bandwidth sweep on buffers that never change (figures; ours
+# must not register more often), hpcc and LAMMPS (the same verifications
+# and thermodynamic output, ours registering).
+run_uctapps() {
+	why=$(uct_missing "$APPS/mpi_sweep")
+	if [ -n "$why" ]; then
+		skip "uctapps: the sweep, hpcc and LAMMPS over btl/uct" "$why"
+		return
+	fi
+	launch="$(uct_launch) --mca osc ^rdma"
+	# shellcheck disable=SC2086 # command lines, split into words
+	app_case "the sweep on fixed buffers: ours registers no more often than stock grdma" \
+		env SWEEP_ARGS=--max=1048576 sh "$MCA_SRCDIR/../apps/sweep-compare.sh" \
+		"$APPS/libregcount.so" "$APPS/mpi_sweep" $launch -- $UCT_OURS
+	# shellcheck disable=SC2086
+	app_case "hpcc: the same verifications with our cache, which registered" \
+		sh "$MCA_SRCDIR/../apps/hpcc-compare.sh" "$APPS/libregcount.so" $launch -- $UCT_OURS
+	# shellcheck disable=SC2086
+	app_case "LAMMPS: the same thermodynamic output with our cache, which registered" \
+		sh "$MCA_SRCDIR/../apps/lammps-compare.sh" "$APPS/libregcount.so" $launch -- $UCT_OURS
 }
 
 # The benchmarks in bench/ (built by make, not make check), the component
@@ -240,13 +311,14 @@ run_patterns() {
 	rm -f "$pat"
 }
 
-[ $# -eq 0 ] && set -- api rxe mpi uct
+[ $# -eq 0 ] && set -- api rxe mpi uct uctapps
 for what in "$@"; do
 	case $what in
 	api) run_api ;;
 	rxe) run_rxe ;;
 	mpi) run_mpi ;;
 	uct) run_uct ;;
+	uctapps) run_uctapps ;;
 	probe) run_probe ;;	# exits
 	bench) run_bench ;;
 	patterns) run_patterns ;;

@@ -9,8 +9,15 @@
  * (MPI_THREAD_MULTIPLE), and every fourth round runs system() and fork().
  * Every byte received is checked.
  *
+ * With --osc the bytes go one-sided: each round the receive buffer becomes a
+ * window (MPI_Win_create, which registers it with the transport's cache
+ * under osc/rdma) and the peer MPI_Puts into it between two fences; the
+ * window is freed before the memory is replaced, as MPI requires, and a
+ * cache that still hands out the old registration lets the put land in the
+ * old pages.
+ *
  * Usage: mpirun -np 2 ... mpi_unmap_storm [--size=BYTES] [--rounds=N]
- *            [--threads=1|2] [--fork] [--expect=correct|corrupt]
+ *            [--threads=1|2] [--fork] [--osc] [--expect=correct|corrupt]
  * Rank 0 prints wrong rank-rounds per kind and the result; the exit status is
  * 0 when the result is the one expected (default: correct).
  */
@@ -31,6 +38,7 @@
 #define NKINDS MRN_KIND_PUNCH
 
 static struct mrn_storm_options opt = {256 << 10, 28, 1, 0, "correct"};
+static int one_sided; /* --osc */
 
 static void die(const char *what)
 {
@@ -48,6 +56,19 @@ struct worker {
 	MPI_Comm comm;
 	int wrong[NKINDS]; /* rounds with a wrong byte, per kind */
 };
+
+/* s's bytes into the peer's r, through a window over r made for this round. */
+static void put_into_window(const struct mrn_buf *s, const struct mrn_buf *r, int peer,
+			    MPI_Comm comm)
+{
+	MPI_Win win;
+
+	MPI_Win_create(r->p, (MPI_Aint)opt.size, 1, MPI_INFO_NULL, comm, &win);
+	MPI_Win_fence(0, win);
+	MPI_Put(s->p, (int)opt.size, MPI_BYTE, peer, 0, (int)opt.size, MPI_BYTE, win);
+	MPI_Win_fence(0, win);
+	MPI_Win_free(&win);
+}
 
 static void *exchange(void *arg)
 {
@@ -69,8 +90,12 @@ static void *exchange(void *arg)
 		for (size_t i = 0; i < opt.size; i++)
 			s.p[i] = pattern(w->thread, round, w->rank, i);
 		memset(r.p, 0, opt.size);
-		MPI_Sendrecv(s.p, (int)opt.size, MPI_BYTE, peer, round, r.p, (int)opt.size,
-			     MPI_BYTE, peer, round, w->comm, MPI_STATUS_IGNORE);
+		if (one_sided)
+			put_into_window(&s, &r, peer, w->comm);
+		else
+			MPI_Sendrecv(s.p, (int)opt.size, MPI_BYTE, peer, round, r.p,
+				     (int)opt.size, MPI_BYTE, peer, round, w->comm,
+				     MPI_STATUS_IGNORE);
 		for (size_t i = 0; i < opt.size; i++)
 			wrong += r.p[i] != pattern(w->thread, round, peer, i);
 		if (wrong) {
@@ -90,7 +115,9 @@ int main(int argc, char **argv)
 	int provided, rank, nranks;
 
 	for (int i = 1; i < argc; i++) {
-		if (!mrn_storm_option(&opt, argv[i])) {
+		if (!strcmp(argv[i], "--osc"))
+			one_sided = 1;
+		else if (!mrn_storm_option(&opt, argv[i])) {
 			fprintf(stderr, "mpi_unmap_storm: unknown argument %s\n", argv[i]);
 			return 2;
 		}
@@ -144,11 +171,12 @@ int main(int argc, char **argv)
 		const char *result = sum ? "corrupt" : "correct";
 
 		ok = !strcmp(result, opt.expect);
-		printf("mpi_unmap_storm: %d rounds x %d thread(s) of %zu bytes each way%s; wrong "
+		printf("mpi_unmap_storm: %d rounds x %d thread(s) of %zu bytes each way%s%s; wrong "
 		       "rank-rounds: %s (mremap refused, MAP_FIXED instead: %d); result: %s "
 		       "(expected %s) "
 		       "%s\n",
-		       opt.rounds, opt.threads, opt.size, opt.fork ? ", fork and system()" : "",
+		       opt.rounds, opt.threads, opt.size, one_sided ? " by MPI_Put" : "",
+		       opt.fork ? ", fork and system()" : "",
 		       line, total[NKINDS], result, opt.expect, ok ? "PASS" : "FAIL");
 		fflush(stdout);
 	}
