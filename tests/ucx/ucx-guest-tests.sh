@@ -148,7 +148,6 @@ cache.ucp_plugin_libc|-|ranges|$PLUGIN $STALE --api=ucp --unmap=libc --expect=fr
 cache.ucp_plugin_raw_syscalls|-|ranges|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh
 cache.ucp_blind_shows_stale_hit|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=stale --declare-external
 cache.ucp_no_hooks_no_plugin_is_uncached|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=uncached
-cache.ucp_hooks_off_where_active_raw_syscalls|-|stat:UCM hooks turned off|env UCX_MRNOTIFY_HOOKS_OFF=y UCX_MRNOTIFY_ENABLE=yes UCX_MRNOTIFY_STATS=y LD_PRELOAD=$plugin $STALE --api=ucp --unmap=raw --expect=fresh
 cache.ucp_plugin_forked_child|-|ranges2|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh --fork
 cache.rcache_watch_once|-|stat:of them sharing a watch 2;|$PLUGIN $CASES --case=watch-once
 cache.rcache_failed_watch_drops_only_its_cache|-|plugin|$PLUGIN $CASES --case=failed-watch
