@@ -107,11 +107,11 @@ run_tests() {
 		"tests/kernel-results-[0-9]*/[0-9]*.out tests/kernel-results-[0-9]*/status.log" \
 		make check-kernels KERNELS="5.10 7.2 7.3"
 	lane "debian13" "make check-debian13 (build, make check and the guest tests in a Debian 13 root)" \
-		"debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/ucx/*.log debian13/tests/ofi/*.log debian13/tests/kernel/*.log debian13/tests/mca/*.log debian13/guest-results/[0-9]*.out debian13/two-nodes-results/node[12]/[0-9]*.out debian13/status.log" \
+		"debian13/tests/lib/*.log debian13/tests/harness/*.log debian13/tests/ucx/*.log debian13/tests/ofi/*.log debian13/tests/kernel/*.log debian13/tests/mca/*.log debian13/guest-results/[0-9]*.out debian13/two-nodes-results/node[12]/[0-9]*.out debian13/ompi.log debian13/status.log" \
 		make check-debian13
 	# Debian testing: UCX 1.23, Open MPI 6.0, 7.2 built with gcc 16.
 	lane "forky" "make check-forky (build, make check and the UCX plugin's guest tests in a Debian forky root)" \
-		"forky/tests/lib/*.log forky/tests/harness/*.log forky/tests/ucx/*.log forky/tests/kernel/*.log forky/tests/mca/*.log forky/guest-results/[0-9]*.out forky/status.log" \
+		"forky/tests/lib/*.log forky/tests/harness/*.log forky/tests/ucx/*.log forky/tests/kernel/*.log forky/tests/mca/*.log forky/guest-results/[0-9]*.out forky/ompi.log forky/status.log" \
 		make check-forky
 	# About 40 minutes of guest time, more than CI's budget leaves: skipped
 	# unless MRNOTIFY_DEBUG_KERNEL=run (the cached kernel) or build (build

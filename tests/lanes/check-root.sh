@@ -25,6 +25,9 @@
 #   BUILDDIR/NAME/guest-results/     N.out / N.rc per guest command
 #   BUILDDIR/NAME/two-nodes-results/node[12]/
 #                                    the same, for each of the two guests
+#   BUILDDIR/NAME/ompi.log           a skip, with the reason, when
+#                                    configure found no usable Open MPI
+#                                    headers (no component to test)
 #   BUILDDIR/NAME/status.log         one TAP result line when a step did
 #                                    not get to run its tests (stack
 #                                    missing: SKIP; build failed: FAIL)
@@ -56,7 +59,7 @@ stacks=$srcdir/tests/harness/stacks.sh
 b=$builddir/$name
 mkdir -p "$b" || exit 2
 # No results of an earlier run may be counted for this one.
-rm -rf "$b/guest-results" "$b/two-nodes-results" "$b/status.log"
+rm -rf "$b/guest-results" "$b/two-nodes-results" "$b/status.log" "$b/ompi.log"
 [ -d "$b/tests" ] && find "$b/tests" \( -name '*.log' -o -name '*.trs' \) -delete
 t_start=$(date +%s)
 
@@ -103,6 +106,11 @@ if [ ! -f "$b/Makefile" ] || [ "$srcdir/configure" -nt "$b/config.status" ]; the
 		exit 1
 	}
 fi
+# Without Open MPI's headers there is no component, so none of its tests,
+# host or guest, on this release: one result says so, and why.
+ompi_why=$(sed -n 's/^  Open MPI headers \.* no (\(.*\))$/\1/p' "$b/configure.log")
+[ -z "$ompi_why" ] ||
+	tap_file "$b/ompi.log" skip "$name: the Open MPI component and its tests (btl/uct storm, applications): $ompi_why"
 # The root has no qemu: the guest tests run from the host (below).
 sed -n '/^mrnotify .* configured/,$p' "$b/configure.log" |
 	sed 's/^\(  guest tests \.*\) .*/\1 from the host, booting '"$release"''"'"'s kernel (below)/'
