@@ -74,7 +74,7 @@ extern "C" {
  * change; the soname (libmrnotify.so.0) and the symbol node (MRNOTIFY_1)
  * change only as docs/libmrnotify.md ("Versions") says.
  */
-#define MRN_API_VERSION 4
+#define MRN_API_VERSION 5
 
 typedef struct mrn_cache mrn_cache_t;
 typedef struct mrn_entry mrn_entry_t;
@@ -85,7 +85,13 @@ typedef enum mrn_monitor {
 	MRN_MONITOR_UFFD,
 	MRN_MONITOR_NONE,
 	/* 4 is no monitor: refused with -EINVAL (the values above are ABI). */
-	MRN_MONITOR_EXTERNAL = 5
+	MRN_MONITOR_EXTERNAL = 5,
+	/*
+	 * kernel, else uffd, else external (API 5): for callers whose own
+	 * memory hooks report unmaps, when neither the kernel nor userfaultfd
+	 * can. Like external, only code chooses it, never MRNOTIFY_MONITOR.
+	 */
+	MRN_MONITOR_AUTO_EXTERNAL = 6
 } mrn_monitor_t;
 
 typedef enum mrn_fork_policy {

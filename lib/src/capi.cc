@@ -69,7 +69,7 @@ extern "C" int mrn_cache_create(const struct mrn_config *config, mrn_cache_t **c
 	// A C caller can store any int in an enum field: read it as one
 	// (loading an out-of-range enum is undefined in C++).
 	if (!(in_range(config->monitor, MRN_MONITOR_AUTO, MRN_MONITOR_NONE) ||
-	      in_range(config->monitor, MRN_MONITOR_EXTERNAL, MRN_MONITOR_EXTERNAL)) ||
+	      in_range(config->monitor, MRN_MONITOR_EXTERNAL, MRN_MONITOR_AUTO_EXTERNAL)) ||
 	    !in_range(config->fork_policy, MRN_FORK_DONTFORK, MRN_FORK_AUTO)) {
 		mrn::log(0, "mrn_cache_create: unknown monitor or fork policy");
 		return -EINVAL;

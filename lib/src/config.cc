@@ -77,6 +77,8 @@ extern "C" const char *mrn_monitor_to_string(mrn_monitor_t m)
 		return "none";
 	case MRN_MONITOR_EXTERNAL:
 		return "external";
+	case MRN_MONITOR_AUTO_EXTERNAL:
+		return "auto-external";
 	}
 	return "unknown";
 }

@@ -60,19 +60,26 @@ int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string 
 		*out = make_null_monitor(want);
 		*why = "external: idle registrations are kept, the caller reports unmaps";
 		return 0;
-	case MRN_MONITOR_AUTO: {
+	case MRN_MONITOR_AUTO:
+	case MRN_MONITOR_AUTO_EXTERNAL: {
+		const bool external = want == MRN_MONITOR_AUTO_EXTERNAL;
+		const std::string name = external ? "auto-external" : "auto";
 		std::string kernel_why, uffd_why;
 		if ((*out = make_kernel_monitor(&err, &kernel_why))) {
-			*why = "auto: kernel, " + kernel_why;
+			*why = name + ": kernel, " + kernel_why;
 			return 0;
 		}
 		if ((*out = make_uffd_monitor(&err, &uffd_why))) {
-			*why = "auto: uffd (" + uffd_why + "), kernel unavailable: " + kernel_why;
+			*why = name + ": uffd (" + uffd_why +
+			       "), kernel unavailable: " + kernel_why;
 			return 0;
 		}
-		*out = make_null_monitor(MRN_MONITOR_NONE);
-		*why = "auto: none (idle registrations are not kept); kernel unavailable: " +
-		       kernel_why + "; uffd unavailable: " + uffd_why;
+		*out = make_null_monitor(external ? MRN_MONITOR_EXTERNAL : MRN_MONITOR_NONE);
+		*why = name +
+		       (external ? ": external (idle registrations are kept, the caller reports "
+				   "unmaps)"
+				 : ": none (idle registrations are not kept)") +
+		       "; kernel unavailable: " + kernel_why + "; uffd unavailable: " + uffd_why;
 		return 0;
 	}
 	}

@@ -8,8 +8,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/syscall.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <utility>
@@ -197,6 +202,78 @@ TEST(Create, RefusesEveryMonitorOutsideThePublicEnum)
 			mrn_cache_destroy(c);
 	}
 	EXPECT_STREQ("unknown", mrn_monitor_to_string(static_cast<mrn_monitor_t>(4)));
+}
+
+// The monitor a cache created with `want` ends up with (a dummy register
+// pair: nothing is registered).
+mrn_monitor_t monitor_of(mrn_monitor_t want)
+{
+	mrn_config cfg;
+	if (mrn_config_init(&cfg) != 0)
+		return static_cast<mrn_monitor_t>(-1);
+	cfg.monitor = want;
+	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
+	cfg.dereg = [](void *, void *) { return 0; };
+	mrn_cache_t *cache = nullptr;
+	if (mrn_cache_create(&cfg, &cache) != 0)
+		return static_cast<mrn_monitor_t>(-1);
+	const mrn_monitor_t m = mrn_cache_monitor(cache);
+	mrn_cache_destroy(cache);
+	return m;
+}
+
+// auto-external (API 5): kernel, else uffd, else external, for callers whose
+// own hooks report unmaps (the Open MPI component with Open MPI's hooks on).
+// Where neither monitor can be had, auto gives none (idle entries dropped)
+// and auto-external external; elsewhere both give the same real monitor.
+TEST(AutoExternal, PicksARealMonitorFirst)
+{
+	EXPECT_STREQ("auto-external", mrn_monitor_to_string(MRN_MONITOR_AUTO_EXTERNAL));
+	mrn_monitor_t out;
+	EXPECT_EQ(-EINVAL, mrn_monitor_from_string("auto-external", &out))
+		<< "only code chooses it, never MRNOTIFY_MONITOR";
+	const mrn_monitor_t plain = monitor_of(MRN_MONITOR_AUTO);
+	if (plain == MRN_MONITOR_NONE)
+		GTEST_SKIP() << "neither kernel nor uffd here: FallsBackToExternal covers it";
+	EXPECT_EQ(plain, monitor_of(MRN_MONITOR_AUTO_EXTERNAL));
+}
+
+TEST(AutoExternal, FallsBackToExternalWhereAutoFallsBackToNone)
+{
+	if (access("/dev/mrnotify", F_OK) == 0)
+		GTEST_SKIP() << "/dev/mrnotify exists: the kernel monitor wins either way";
+	int fds[2];
+	ASSERT_EQ(0, pipe(fds));
+	const pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		// userfaultfd(2) refused, as a seccomp profile (containers) or
+		// an old kernel would: ENOSYS.
+		struct sock_filter insns[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_userfaultfd, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog prog = {static_cast<unsigned short>(std::size(insns)), insns};
+		int got[2] = {-1, -1};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0) {
+			got[0] = monitor_of(MRN_MONITOR_AUTO);
+			got[1] = monitor_of(MRN_MONITOR_AUTO_EXTERNAL);
+		}
+		_exit(write(fds[1], got, sizeof(got)) == sizeof(got) ? 0 : 1);
+	}
+	close(fds[1]);
+	int got[2] = {-1, -1};
+	const ssize_t n = read(fds[0], got, sizeof(got));
+	close(fds[0]);
+	int status = 0;
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_EQ(static_cast<ssize_t>(sizeof(got)), n);
+	ASSERT_NE(-1, got[0]) << "could not install the seccomp filter";
+	EXPECT_EQ(MRN_MONITOR_NONE, got[0]) << "auto without kernel or uffd";
+	EXPECT_EQ(MRN_MONITOR_EXTERNAL, got[1]) << "auto-external without kernel or uffd";
 }
 
 // External mode: idle entries are kept and only mrn_invalidate_range() drops
