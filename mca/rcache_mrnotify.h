@@ -29,6 +29,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hook_ring.h"
+
 #ifndef MRN_RCACHE_NAME
 #define MRN_RCACHE_NAME mrnotify
 #endif
@@ -48,6 +50,10 @@
 
 /* The help file (help-rcache-mrnotify.txt) of opal_show_help(). */
 #define MRN_HELP_FILE "help-rcache-mrnotify.txt"
+/* Where make install puts the grdma-named build (messages name it). */
+#ifndef MRN_SHADOW_DIR
+#define MRN_SHADOW_DIR "<libdir>/mrnotify/grdma-shadow"
+#endif
 
 BEGIN_C_DECLS
 
@@ -76,7 +82,7 @@ enum {
 	MRN_RCACHE_FORK_NONE,
 };
 
-typedef struct mrn_rcache_component {
+typedef struct mca_rcache_mrnotify_component {
 	mca_rcache_base_component_t super;
 
 	/* MCA parameter storage (owned by the MCA variable system). */
@@ -95,45 +101,16 @@ typedef struct mrn_rcache_component {
 	mrn_fork_policy_t fork_kind;
 	/* A parameter had a bad value: no cache is created. */
 	bool config_error;
-} mrn_rcache_component_t;
+} mca_rcache_mrnotify_component_t;
 
-OPAL_DECLSPEC extern mrn_rcache_component_t mca_rcache_mrnotify_component;
-
-/*
- * Ranges reported by Open MPI's memory hooks (monitor "none"), queued
- * without locks or allocation (the hook may run inside free() or munmap()),
- * applied by the next call into the cache. Only ranges that overlap what
- * the cache ever registered are queued. A range that finds the queue full
- * is merged into one span (2 MiB granularity, one word, so that merging
- * stays a single compare-and-swap), invalidated with the queue: an
- * overflow drops the registrations near the lost ranges, not the cache.
- */
-#define MRN_HOOK_RING_SIZE 1024
-
-struct mrn_hook_slot {
-	uint64_t seq;
-	uintptr_t start;
-	size_t len;
-};
-
-struct mrn_hook_ring {
-	uint64_t head; /* next ticket of producers */
-	char pad0[56];
-	uint64_t tail; /* next ticket of the consumer */
-	char pad1[56];
-	/* Ranges that found the queue full, merged: see MRN_LOST_*. 0: none. */
-	uint64_t lost;
-	uint64_t queued; /* statistics */
-	uint64_t overflows;
-	struct mrn_hook_slot slots[MRN_HOOK_RING_SIZE];
-};
+OPAL_DECLSPEC extern mca_rcache_mrnotify_component_t mca_rcache_mrnotify_component;
 
 /*
  * One libmrnotify cache, shared by every module that names the same cache
  * and registers through the same callbacks and context.
  */
-typedef struct mrn_shared_cache {
-	struct mrn_shared_cache *next;
+typedef struct mca_rcache_mrnotify_shared {
+	struct mca_rcache_mrnotify_shared *next;
 	char *name; /* copied: callers free theirs after init */
 	int refs;   /* modules using it (list lock) */
 	void *reg_data;
@@ -142,30 +119,43 @@ typedef struct mrn_shared_cache {
 			    mca_rcache_base_registration_t *reg);
 	int (*deregister_mem)(void *reg_data, mca_rcache_base_registration_t *reg);
 	mrn_cache_t *cache;
-	mrn_monitor_t monitor;      /* what the library uses */
-	bool keep_idle;             /* leave_pinned as decided at creation */
-	bool hooks;                 /* fed by Open MPI's memory hooks */
-	bool print_stats;           /* at destruction */
-	struct mrn_hook_ring *ring; /* when hooks */
+	mrn_monitor_t monitor;                      /* what the library uses */
+	bool keep_idle;                             /* leave_pinned as decided at creation */
+	bool hooks;                                 /* fed by Open MPI's memory hooks */
+	bool print_stats;                           /* at destruction */
+	struct mca_rcache_mrnotify_hook_ring *ring; /* when hooks */
 	/* Every address the cache ever registered is in [span_lo, span_hi). */
 	uintptr_t span_lo;
 	uintptr_t span_hi;
 	uint64_t uncached_live; /* atomics */
 	uint64_t uncached_total;
 	uint64_t hook_invalidations;
-} mrn_shared_cache_t;
+} mca_rcache_mrnotify_shared_t;
 
-typedef struct mrn_rcache_module {
+typedef struct mca_rcache_mrnotify_module {
 	mca_rcache_base_module_t super;
 	mca_rcache_base_resources_t resources; /* cache_name points to name */
 	char *name;
-	mrn_shared_cache_t *shared;
-} mrn_rcache_module_t;
+	mca_rcache_mrnotify_shared_t *shared;
+} mca_rcache_mrnotify_module_t;
+
+/* rcache_mrnotify_component.c: our parameters' names, NULL-terminated. */
+extern const char *const mca_rcache_mrnotify_param_names[];
+
+/*
+ * grdma_takeover.c, at open (the mrnotify build): with serve_grdma, Open
+ * MPI's grdma creates its caches with ours (init); with our parameters set
+ * for grdma but not serve_grdma, it warns that the stock cache is in use.
+ * restore, at close, undoes either.
+ */
+void mca_rcache_mrnotify_grdma_takeover(mca_rcache_base_component_init_fn_t ours);
+void mca_rcache_mrnotify_grdma_restore(void);
 
 /* rcache_mrnotify_module.c */
-mca_rcache_base_module_t *mrn_module_create(const mca_rcache_base_resources_t *resources);
-void mrn_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-bool mrn_param_set(int var);
+mca_rcache_base_module_t *mca_rcache_mrnotify_module_create(
+	const mca_rcache_base_resources_t *resources);
+void mca_rcache_mrnotify_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool mca_rcache_mrnotify_param_set(int var);
 
 END_C_DECLS
 

@@ -29,9 +29,6 @@
 #define MRN_COMPONENT_MINOR   1
 #define MRN_COMPONENT_RELEASE 0
 
-#ifndef MRN_SHADOW_DIR
-#define MRN_SHADOW_DIR "<libdir>/mrnotify/grdma-shadow"
-#endif
 #ifndef MRN_HELP_DIR
 #define MRN_HELP_DIR "<datadir>/mrnotify"
 #endif
@@ -61,7 +58,7 @@ static int mrn_component_open(void);
 static int mrn_component_close(void);
 static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t *resources);
 
-mrn_rcache_component_t mca_rcache_mrnotify_component = {
+mca_rcache_mrnotify_component_t mca_rcache_mrnotify_component = {
 	.super =
 		{
 			.rcache_version =
@@ -101,7 +98,7 @@ static const mca_base_var_enum_value_t mrn_fork_values[] = {
 };
 
 /* Our parameters, by name, for the checks of the configuration. */
-static const char *const mrn_param_names[] = {
+const char *const mca_rcache_mrnotify_param_names[] = {
 	"monitor", "max_pinned", "max_entries", "fork", "print_stats", "verbose", NULL,
 };
 
@@ -177,7 +174,7 @@ static void check_raw(const char *name, int var, bool number, const char *expect
 	raw = getenv(env);
 	if (!raw)
 		return;
-	if (!mrn_param_set(var)) {
+	if (!mca_rcache_mrnotify_param_set(var)) {
 		bad_value(name, raw, expected);
 	} else if (number) {
 		/* A count or size: the whole text, as libmrnotify reads it. */
@@ -226,7 +223,7 @@ static void bad_value(const char *name, const char *value, const char *expected)
 /* Values the MCA types let through but we cannot use. */
 static void check_params(void)
 {
-	mrn_rcache_component_t *c = &mca_rcache_mrnotify_component;
+	mca_rcache_mrnotify_component_t *c = &mca_rcache_mrnotify_component;
 	char value[32];
 
 	c->config_error = false;
@@ -250,7 +247,7 @@ static void check_params(void)
 	 * The names are libmrnotify's: ask it, so that a policy it gains is
 	 * accepted here without a change, and one it lacks is refused.
 	 */
-	if (mrn_param_set(c->var_fork)) {
+	if (mca_rcache_mrnotify_param_set(c->var_fork)) {
 		/* The enum admits only its values; guard the index all the same. */
 		const int i = c->fork_policy >= MRN_RCACHE_FORK_AUTO &&
 					      c->fork_policy <= MRN_RCACHE_FORK_NONE
@@ -275,7 +272,7 @@ static void check_params(void)
 
 static int mrn_component_register(void)
 {
-	mrn_rcache_component_t *c = &mca_rcache_mrnotify_component;
+	mca_rcache_mrnotify_component_t *c = &mca_rcache_mrnotify_component;
 	mca_base_component_t *v = &c->super.rcache_version;
 
 	add_help_dirs();
@@ -430,111 +427,11 @@ static void check_component_path(void)
 	free(copy);
 }
 
-/* Whether the user set one of our parameters for the component called name. */
-static const char *param_set_for(const char *name)
-{
-	static char env[128];
-
-	for (int i = 0; mrn_param_names[i]; i++) {
-		snprintf(env, sizeof(env), "OMPI_MCA_rcache_%s_%s", name, mrn_param_names[i]);
-		if (getenv(env))
-			return env + strlen("OMPI_MCA_");
-	}
-	return NULL;
-}
-
-/*
- * Open MPI's own grdma, when it is loaded: in this process it serves every
- * transport that asks for "grdma", and the grdma-named build of ours is not
- * loaded.
- */
-static mca_rcache_base_component_t *stock_grdma(void)
-{
-	mca_base_component_list_item_t *cli;
-
-	OPAL_LIST_FOREACH(cli, &opal_rcache_base_framework.framework_components,
-			  mca_base_component_list_item_t)
-	{
-		/* Our grdma-named build registers a monitor; Open MPI's does not. */
-		if (!strcmp(cli->cli_component->mca_component_name, "grdma") &&
-		    mca_base_var_find("opal", "rcache", "grdma", "monitor") < 0)
-			return (mca_rcache_base_component_t *)cli->cli_component;
-	}
-	return NULL;
-}
-
-/*
- * Open MPI's grdma selected although the user configured ours. Open MPI
- * says nothing when a transport asks for grdma and gets its own, and it
- * ignores parameters nobody registered (rcache_grdma_monitor without our
- * build): the job would run with a cache that misses raw unmaps while the
- * user believes otherwise. Open MPI has no notice of which cache a
- * transport creates, so the mrnotify build wraps the stock grdma's init,
- * warns on its first call and hands over; close puts it back.
- */
-static mca_rcache_base_component_init_fn_t stock_grdma_init;
-static mca_rcache_base_component_t *stock_grdma_wrapped;
-static const char *stock_grdma_param;
-
-static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources_t *res)
-{
-	static bool warned;
-
-	if (!warned) {
-		/*
-		 * Written by the rank itself (opal_output), not forwarded by
-		 * opal_show_help: Open MPI 4.1.4's forwarding to mpirun
-		 * sometimes drops a rank's message ("ORTE_ERROR_LOG: Out of
-		 * resource in ... show_help.c"), and this one must not be lost.
-		 */
-		char *msg = opal_show_help_string(
-			MRN_HELP_FILE, "stock-grdma", true, MRN_LOG_PREFIX,
-			res && res->cache_name ? res->cache_name : "(unnamed)", stock_grdma_param,
-			MRN_SHADOW_DIR);
-		warned = true;
-		if (msg) {
-			opal_output(0, "%s", msg);
-			free(msg);
-		}
-	}
-	return stock_grdma_init(res);
-}
-
-static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t *res);
-
 static void check_configuration(void)
 {
-	mca_rcache_base_component_t *grdma = stock_grdma();
-	const char *set;
-
 	check_component_path();
-	if (!grdma || MRN_IS_SHADOW)
-		return;
-	/*
-	 * serve_grdma: Open MPI finds a cache by name, first match, and keeps
-	 * one component per name; with grdma built into libopen-pal (Open MPI
-	 * 5's default) a loadable "grdma" is dropped as "already loaded". So
-	 * the stock grdma's init is pointed at ours, as the warning below
-	 * wraps it; close puts it back.
-	 */
-	if (mca_rcache_mrnotify_component.serve_grdma) {
-		if (grdma->rcache_init == mrn_component_init)
-			return;
-		stock_grdma_init = grdma->rcache_init;
-		stock_grdma_wrapped = grdma;
-		grdma->rcache_init = mrn_component_init;
-		mrn_log(1, "serving the transports that ask for grdma (serve_grdma)");
-		return;
-	}
-	set = param_set_for("grdma");
-	if (!set)
-		set = param_set_for(MRN_RCACHE_NAME_STR);
-	if (!set || grdma->rcache_init == warn_stock_grdma_init)
-		return;
-	stock_grdma_param = set;
-	stock_grdma_init = grdma->rcache_init;
-	stock_grdma_wrapped = grdma;
-	grdma->rcache_init = warn_stock_grdma_init;
+	if (!MRN_IS_SHADOW)
+		mca_rcache_mrnotify_grdma_takeover(mrn_component_init);
 }
 
 static int mrn_component_open(void)
@@ -547,13 +444,7 @@ static int mrn_component_open(void)
 
 static int mrn_component_close(void)
 {
-	/*
-	 * Put grdma's init back, unless grdma was closed (and unloaded)
-	 * before us: the framework closes its components in list order.
-	 */
-	if (stock_grdma_wrapped && stock_grdma() == stock_grdma_wrapped)
-		stock_grdma_wrapped->rcache_init = stock_grdma_init;
-	stock_grdma_wrapped = NULL;
+	mca_rcache_mrnotify_grdma_restore();
 	return OPAL_SUCCESS;
 }
 
@@ -579,5 +470,5 @@ static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t 
 			       res->cache_name ? res->cache_name : "(unnamed)", why);
 		return NULL;
 	}
-	return mrn_module_create(res);
+	return mca_rcache_mrnotify_module_create(res);
 }

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void mrn_log(int level, const char *fmt, ...)
+void mca_rcache_mrnotify_log(int level, const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
@@ -47,7 +47,7 @@ void mrn_log(int level, const char *fmt, ...)
  * register callback as its per-call argument.
  */
 struct mrn_reg_call {
-	mrn_rcache_module_t *module;
+	mca_rcache_mrnotify_module_t *module;
 	uint32_t flags;
 };
 
@@ -98,7 +98,7 @@ static void reg_init(mca_rcache_base_registration_t *reg, size_t sizeof_reg,
 }
 
 /* The span only grows: lo by compare-and-swap down, hi up. */
-static void span_extend(mrn_shared_cache_t *s, uintptr_t lo, uintptr_t hi)
+static void span_extend(mca_rcache_mrnotify_shared_t *s, uintptr_t lo, uintptr_t hi)
 {
 	uintptr_t cur = __atomic_load_n(&s->span_lo, __ATOMIC_RELAXED);
 
@@ -114,7 +114,7 @@ static void span_extend(mrn_shared_cache_t *s, uintptr_t lo, uintptr_t hi)
 static int mrn_reg_callback(void *context, void *arg, void *addr, size_t len, uint32_t access,
 			    void *payload)
 {
-	mrn_shared_cache_t *s = context;
+	mca_rcache_mrnotify_shared_t *s = context;
 	const struct mrn_reg_call *call = arg;
 	mca_rcache_base_registration_t *reg = payload;
 
@@ -137,7 +137,7 @@ static int mrn_reg_callback(void *context, void *arg, void *addr, size_t len, ui
 
 static int mrn_dereg_callback(void *context, void *payload)
 {
-	mrn_shared_cache_t *s = context;
+	mca_rcache_mrnotify_shared_t *s = context;
 	mca_rcache_base_registration_t *reg = payload;
 
 	reg->ref_count = 0;
@@ -146,121 +146,10 @@ static int mrn_dereg_callback(void *context, void *payload)
 
 /* --- invalidations from Open MPI's memory hooks (monitor none) -------------- */
 
-static void hook_ring_init(struct mrn_hook_ring *r)
-{
-	for (uint64_t i = 0; i < MRN_HOOK_RING_SIZE; i++)
-		r->slots[i].seq = i;
-}
-
-/*
- * The merged span of ranges lost to a full queue, in one word: 2 MiB chunk
- * numbers, the first in the low 28 bits and the end (exclusive) in the
- * next 28, which covers 2^49 bytes of address space; beyond that, the end
- * is "everything above". 0 means nothing was lost.
- */
-#define MRN_LOST_SHIFT 21
-#define MRN_LOST_BITS  28
-#define MRN_LOST_MAX   ((UINT64_C(1) << MRN_LOST_BITS) - 1)
-
-static void lost_merge(struct mrn_hook_ring *r, uintptr_t start, size_t len)
-{
-	const uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
-	uint64_t lo = start >> MRN_LOST_SHIFT;
-	uint64_t hi = (end >> MRN_LOST_SHIFT) +
-		      ((end & (((uintptr_t)1 << MRN_LOST_SHIFT) - 1)) != 0);
-	uint64_t old = __atomic_load_n(&r->lost, __ATOMIC_RELAXED), merged;
-
-	lo = lo > MRN_LOST_MAX ? MRN_LOST_MAX - 1 : lo;
-	hi = hi > MRN_LOST_MAX ? MRN_LOST_MAX : hi;
-	do {
-		uint64_t mlo = lo, mhi = hi;
-
-		if (old) {
-			mlo = (old & MRN_LOST_MAX) < mlo ? (old & MRN_LOST_MAX) : mlo;
-			mhi = (old >> MRN_LOST_BITS) > mhi ? (old >> MRN_LOST_BITS) : mhi;
-		}
-		merged = mlo | (mhi << MRN_LOST_BITS);
-	} while (!__atomic_compare_exchange_n(&r->lost, &old, merged, true, __ATOMIC_RELEASE,
-					      __ATOMIC_RELAXED));
-}
-
-/* Takes the lost span, if any: [*start, *start + *len). */
-static bool lost_take(struct mrn_hook_ring *r, uintptr_t *start, size_t *len)
-{
-	const uint64_t w = __atomic_exchange_n(&r->lost, 0, __ATOMIC_ACQ_REL);
-	uint64_t lo, hi;
-
-	if (!w)
-		return false;
-	lo = w & MRN_LOST_MAX;
-	hi = w >> MRN_LOST_BITS;
-	*start = (uintptr_t)lo << MRN_LOST_SHIFT;
-	*len = hi == MRN_LOST_MAX ? (~(size_t)0 >> 1) - *start
-				  : ((uintptr_t)(hi - lo) << MRN_LOST_SHIFT);
-	return true;
-}
-
-/*
- * Bounded multi-producer queue (each slot's sequence says whose turn it
- * is). Runs inside free()/munmap() on any thread: no lock, no allocation.
- */
-static void hook_ring_push(struct mrn_hook_ring *r, uintptr_t start, size_t len)
-{
-	uint64_t pos = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
-
-	for (;;) {
-		struct mrn_hook_slot *slot = &r->slots[pos % MRN_HOOK_RING_SIZE];
-		const uint64_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
-
-		if (seq == pos) {
-			if (__atomic_compare_exchange_n(&r->head, &pos, pos + 1, true,
-							__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-				slot->start = start;
-				slot->len = len;
-				__atomic_store_n(&slot->seq, pos + 1, __ATOMIC_RELEASE);
-				__atomic_fetch_add(&r->queued, 1, __ATOMIC_RELAXED);
-				return;
-			}
-		} else if (seq < pos) {
-			/* Full: merged, not lost. */
-			lost_merge(r, start, len);
-			__atomic_fetch_add(&r->overflows, 1, __ATOMIC_RELAXED);
-			return;
-		} else {
-			pos = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
-		}
-	}
-}
-
-static bool hook_ring_pop(struct mrn_hook_ring *r, uintptr_t *start, size_t *len)
-{
-	uint64_t pos = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
-
-	for (;;) {
-		struct mrn_hook_slot *slot = &r->slots[pos % MRN_HOOK_RING_SIZE];
-		const uint64_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
-
-		if (seq == pos + 1) {
-			if (__atomic_compare_exchange_n(&r->tail, &pos, pos + 1, true,
-							__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-				*start = slot->start;
-				*len = slot->len;
-				__atomic_store_n(&slot->seq, pos + MRN_HOOK_RING_SIZE,
-						 __ATOMIC_RELEASE);
-				return true;
-			}
-		} else if (seq < pos + 1) {
-			return false;
-		} else {
-			pos = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
-		}
-	}
-}
-
 /* Applies what the hooks queued. Called with no lock held. */
-static void hook_ring_drain(mrn_shared_cache_t *s)
+static void hook_ring_drain(mca_rcache_mrnotify_shared_t *s)
 {
-	struct mrn_hook_ring *r = s->ring;
+	struct mca_rcache_mrnotify_hook_ring *r = s->ring;
 	uintptr_t start;
 	size_t len;
 
@@ -268,17 +157,18 @@ static void hook_ring_drain(mrn_shared_cache_t *s)
 		    __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) &&
 	    !__atomic_load_n(&r->lost, __ATOMIC_ACQUIRE))
 		return;
-	if (lost_take(r, &start, &len)) {
+	if (mca_rcache_mrnotify_hook_ring_take_lost(r, &start, &len)) {
 		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
 
-		mrn_log(2,
+		mca_rcache_mrnotify_log(
+			2,
 			"cache %s: memory hook queue overflowed; invalidated [%#lx, %#lx): %ld "
 			"registrations",
 			s->name, (unsigned long)start, (unsigned long)(start + len), n);
 		if (n > 0)
 			__atomic_fetch_add(&s->hook_invalidations, (uint64_t)n, __ATOMIC_RELAXED);
 	}
-	while (hook_ring_pop(r, &start, &len)) {
+	while (mca_rcache_mrnotify_hook_ring_pop(r, &start, &len)) {
 		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
 
 		if (n > 0)
@@ -286,7 +176,7 @@ static void hook_ring_drain(mrn_shared_cache_t *s)
 	}
 }
 
-static inline void sync_hooks(mrn_shared_cache_t *s)
+static inline void sync_hooks(mca_rcache_mrnotify_shared_t *s)
 {
 	if (s->ring)
 		hook_ring_drain(s);
@@ -294,7 +184,7 @@ static inline void sync_hooks(mrn_shared_cache_t *s)
 
 static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *addr, size_t size)
 {
-	mrn_shared_cache_t *s = ((mrn_rcache_module_t *)rcache)->shared;
+	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
 	const uintptr_t start = (uintptr_t)addr;
 	const uintptr_t end = start + size < start ? UINTPTR_MAX : start + size;
 
@@ -307,7 +197,7 @@ static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *add
 	 */
 	if (size && end > __atomic_load_n(&s->span_lo, __ATOMIC_SEQ_CST) &&
 	    start < __atomic_load_n(&s->span_hi, __ATOMIC_SEQ_CST))
-		hook_ring_push(s->ring, start, size);
+		mca_rcache_mrnotify_hook_ring_push(s->ring, start, size);
 	return OPAL_SUCCESS;
 }
 
@@ -321,12 +211,13 @@ static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *add
  * pages, as grdma does; device memory exactly as asked (its allocation's
  * bounds are the accelerator framework's to know, not the page size's).
  */
-static int register_uncached(mrn_rcache_module_t *m, void *addr, size_t size, uint32_t flags,
-			     int32_t access, mca_rcache_base_registration_t **out)
+static int register_uncached(mca_rcache_mrnotify_module_t *m, void *addr, size_t size,
+			     uint32_t flags, int32_t access, mca_rcache_base_registration_t **out)
 {
-	mrn_shared_cache_t *s = m->shared;
-	const uintptr_t mask =
-		flags & MRN_RCACHE_FLAGS_DEVICE_MEM ? 0 : (uintptr_t)opal_getpagesize() - 1;
+	mca_rcache_mrnotify_shared_t *s = m->shared;
+	const uintptr_t mask = flags & MRN_RCACHE_FLAGS_DEVICE_MEM
+				       ? 0
+				       : (uintptr_t)opal_getpagesize() - 1;
 	const uintptr_t base = (uintptr_t)addr & ~mask;
 	const uintptr_t end = ((uintptr_t)addr + size + mask) & ~mask;
 	mca_rcache_base_registration_t *reg;
@@ -354,15 +245,15 @@ static int register_uncached(mrn_rcache_module_t *m, void *addr, size_t size, ui
 	return OPAL_SUCCESS;
 }
 
-static void shared_release(mrn_shared_cache_t *s);
+static void shared_release(mca_rcache_mrnotify_shared_t *s);
 
 /* --- the module ----------------------------------------------------------------- */
 
 static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t size, uint32_t flags,
 			int32_t access_flags, mca_rcache_base_registration_t **reg)
 {
-	mrn_rcache_module_t *m = (mrn_rcache_module_t *)rcache;
-	mrn_shared_cache_t *s = m->shared;
+	mca_rcache_mrnotify_module_t *m = (mca_rcache_mrnotify_module_t *)rcache;
+	mca_rcache_mrnotify_shared_t *s = m->shared;
 	struct mrn_reg_call call = {m, flags};
 	mrn_entry_t *e;
 	int rc;
@@ -387,7 +278,7 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 
 static int mod_deregister(mca_rcache_base_module_t *rcache, mca_rcache_base_registration_t *reg)
 {
-	mrn_shared_cache_t *s = ((mrn_rcache_module_t *)rcache)->shared;
+	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
 	int rc;
 
 	if (OPAL_UNLIKELY(reg->flags & MRN_REG_FLAG_UNCACHED)) {
@@ -405,7 +296,7 @@ static int mod_deregister(mca_rcache_base_module_t *rcache, mca_rcache_base_regi
 static int mod_find(mca_rcache_base_module_t *rcache, void *addr, size_t size,
 		    mca_rcache_base_registration_t **reg)
 {
-	mrn_shared_cache_t *s = ((mrn_rcache_module_t *)rcache)->shared;
+	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
 	mrn_entry_t *e;
 	int rc;
 
@@ -421,7 +312,7 @@ static int mod_find(mca_rcache_base_module_t *rcache, void *addr, size_t size,
 
 static bool mod_evict(mca_rcache_base_module_t *rcache)
 {
-	mrn_shared_cache_t *s = ((mrn_rcache_module_t *)rcache)->shared;
+	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
 
 	sync_hooks(s);
 	return mrn_evict_one(s->cache) > 0;
@@ -429,7 +320,7 @@ static bool mod_evict(mca_rcache_base_module_t *rcache)
 
 static void mod_finalize(mca_rcache_base_module_t *rcache)
 {
-	mrn_rcache_module_t *m = (mrn_rcache_module_t *)rcache;
+	mca_rcache_mrnotify_module_t *m = (mca_rcache_mrnotify_module_t *)rcache;
 
 	if (m->shared->ring)
 		hook_ring_drain(m->shared);
@@ -439,7 +330,7 @@ static void mod_finalize(mca_rcache_base_module_t *rcache)
 	free(m);
 }
 
-static void module_setup(mrn_rcache_module_t *m)
+static void module_setup(mca_rcache_mrnotify_module_t *m)
 {
 	m->super.rcache_component = &mca_rcache_mrnotify_component.super;
 	m->super.rcache_register = mod_register;
@@ -464,10 +355,10 @@ static void module_setup(mrn_rcache_module_t *m)
  * finalized, never on the registration path and never by a memory hook.
  */
 static pthread_mutex_t mrn_caches_lock = PTHREAD_MUTEX_INITIALIZER;
-static mrn_shared_cache_t *mrn_caches;
+static mca_rcache_mrnotify_shared_t *mrn_caches;
 
 /* True when the user set the parameter (command line, environment, file). */
-bool mrn_param_set(int var)
+bool mca_rcache_mrnotify_param_set(int var)
 {
 	mca_base_var_source_t source = MCA_BASE_VAR_SOURCE_DEFAULT;
 
@@ -483,7 +374,7 @@ static bool hooks_active(void)
 	return (opal_mem_hooks_support_level() & want) == want;
 }
 
-static const char *mode_name(const mrn_shared_cache_t *s)
+static const char *mode_name(const mca_rcache_mrnotify_shared_t *s)
 {
 	/* The library's names, but say how a monitor-less cache is fed. */
 	return s->monitor == MRN_MONITOR_EXTERNAL ? "none+hooks"
@@ -494,25 +385,25 @@ static const char *mode_name(const mrn_shared_cache_t *s)
  * The library's configuration: its defaults and the MRNOTIFY_* environment,
  * then every MCA parameter the user set (MCA wins over the environment).
  */
-static int config_from_params(mrn_shared_cache_t *s, const mca_rcache_base_resources_t *res,
-			      struct mrn_config *cfg)
+static int config_from_params(mca_rcache_mrnotify_shared_t *s,
+			      const mca_rcache_base_resources_t *res, struct mrn_config *cfg)
 {
-	const mrn_rcache_component_t *c = &mca_rcache_mrnotify_component;
+	const mca_rcache_mrnotify_component_t *c = &mca_rcache_mrnotify_component;
 
 	if (mrn_config_init(cfg) < 0) {
 		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX, s->name,
 			       "a MRNOTIFY_* environment variable has a bad value (see above)");
 		return -1;
 	}
-	if (mrn_param_set(c->var_monitor))
+	if (mca_rcache_mrnotify_param_set(c->var_monitor))
 		cfg->monitor = (mrn_monitor_t)c->monitor;
-	if (mrn_param_set(c->var_max_pinned))
+	if (mca_rcache_mrnotify_param_set(c->var_max_pinned))
 		cfg->max_pinned_bytes = c->max_pinned;
-	if (mrn_param_set(c->var_max_entries))
+	if (mca_rcache_mrnotify_param_set(c->var_max_entries))
 		cfg->max_entries = c->max_entries;
-	if (mrn_param_set(c->var_fork))
+	if (mca_rcache_mrnotify_param_set(c->var_fork))
 		cfg->fork_policy = c->fork_kind;
-	if (mrn_param_set(c->var_print_stats))
+	if (mca_rcache_mrnotify_param_set(c->var_print_stats))
 		cfg->print_stats = c->print_stats;
 	if (c->verbose > cfg->verbose)
 		cfg->verbose = c->verbose;
@@ -527,7 +418,7 @@ static int config_from_params(mrn_shared_cache_t *s, const mca_rcache_base_resou
 	return 0;
 }
 
-static int cache_create(mrn_shared_cache_t *s, struct mrn_config *cfg)
+static int cache_create(mca_rcache_mrnotify_shared_t *s, struct mrn_config *cfg)
 {
 	char why[256];
 	int rc = mrn_cache_create(cfg, &s->cache);
@@ -554,32 +445,31 @@ static int cache_create(mrn_shared_cache_t *s, struct mrn_config *cfg)
  * tell us of unmaps, which the library decides (monitor none keeps none).
  * Monitor none with Open MPI's hooks active: the hooks report unmaps, as
  * they do for grdma, so idle registrations may be kept (the library's
- * external mode); that includes auto finding neither kernel nor uffd.
+ * external mode); for auto that is the library's auto-external, which
+ * falls back to them when it finds neither kernel nor uffd.
  */
-static int create_with_fallback(mrn_shared_cache_t *s, struct mrn_config *cfg)
+static int create_cache(mca_rcache_mrnotify_shared_t *s, struct mrn_config *cfg)
 {
 	const bool want_idle = opal_leave_pinned != 0 || opal_leave_pinned_pipeline;
 
 	cfg->leave_pinned = want_idle;
-	if (cfg->monitor == MRN_MONITOR_NONE && want_idle && hooks_active())
-		cfg->monitor = MRN_MONITOR_EXTERNAL;
+	if (want_idle && hooks_active()) {
+		if (cfg->monitor == MRN_MONITOR_NONE)
+			cfg->monitor = MRN_MONITOR_EXTERNAL;
+		else if (cfg->monitor == MRN_MONITOR_AUTO)
+			cfg->monitor = MRN_MONITOR_AUTO_EXTERNAL;
+	}
 	if (cache_create(s, cfg) < 0)
 		return -1;
-	if (s->monitor == MRN_MONITOR_NONE && want_idle && hooks_active()) {
-		mrn_cache_destroy(s->cache);
-		cfg->monitor = MRN_MONITOR_EXTERNAL;
-		if (cache_create(s, cfg) < 0)
-			return -1;
-	}
 	s->hooks = s->monitor == MRN_MONITOR_NONE || s->monitor == MRN_MONITOR_EXTERNAL;
 	s->keep_idle = want_idle && s->monitor != MRN_MONITOR_NONE;
 	return 0;
 }
 
-static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
+static mca_rcache_mrnotify_shared_t *shared_create(const mca_rcache_base_resources_t *res)
 {
 	struct mrn_config cfg;
-	mrn_shared_cache_t *s;
+	mca_rcache_mrnotify_shared_t *s;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -594,7 +484,7 @@ static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
 	s->sizeof_reg = res->sizeof_reg;
 	s->register_mem = res->register_mem;
 	s->deregister_mem = res->deregister_mem;
-	if (config_from_params(s, res, &cfg) < 0 || create_with_fallback(s, &cfg) < 0)
+	if (config_from_params(s, res, &cfg) < 0 || create_cache(s, &cfg) < 0)
 		goto fail;
 	if (s->hooks) {
 		s->ring = calloc(1, sizeof(*s->ring));
@@ -602,11 +492,12 @@ static mrn_shared_cache_t *shared_create(const mca_rcache_base_resources_t *res)
 			mrn_cache_destroy(s->cache);
 			goto fail;
 		}
-		hook_ring_init(s->ring);
+		mca_rcache_mrnotify_hook_ring_init(s->ring);
 		s->span_lo = UINTPTR_MAX;
 		s->span_hi = 0;
 	}
-	mrn_log(1, "cache %s: monitor %s, leave_pinned %s (mpi_leave_pinned %d, pipeline %d), %s",
+	mca_rcache_mrnotify_log(
+		1, "cache %s: monitor %s, leave_pinned %s (mpi_leave_pinned %d, pipeline %d), %s",
 		s->name, mode_name(s), s->keep_idle ? "on" : "off", opal_leave_pinned,
 		(int)opal_leave_pinned_pipeline,
 		s->hooks ? "invalidated by Open MPI's memory hooks" : "no memory hooks needed");
@@ -617,7 +508,7 @@ fail:
 	return NULL;
 }
 
-static void print_stats(mrn_shared_cache_t *s)
+static void print_stats(mca_rcache_mrnotify_shared_t *s)
 {
 	struct mrn_stats st;
 	char fields[1024];
@@ -646,9 +537,9 @@ static void print_stats(mrn_shared_cache_t *s)
 					     : 0));
 }
 
-static void shared_release(mrn_shared_cache_t *s)
+static void shared_release(mca_rcache_mrnotify_shared_t *s)
 {
-	mrn_shared_cache_t **pp;
+	mca_rcache_mrnotify_shared_t **pp;
 	uint64_t live;
 
 	pthread_mutex_lock(&mrn_caches_lock);
@@ -667,11 +558,12 @@ static void shared_release(mrn_shared_cache_t *s)
 		print_stats(s);
 	live = __atomic_load_n(&s->uncached_live, __ATOMIC_RELAXED);
 	if (live)
-		mrn_log(1,
+		mca_rcache_mrnotify_log(
+			1,
 			"cache %s: %llu uncached registrations (BYPASS, PERSIST) still registered "
 			"at finalize",
 			s->name, (unsigned long long)live);
-	mrn_log(2, "cache %s destroyed", s->name);
+	mca_rcache_mrnotify_log(2, "cache %s destroyed", s->name);
 	/* Deregisters every entry left, through the callbacks (still valid). */
 	mrn_cache_destroy(s->cache);
 	free(s->ring);
@@ -686,11 +578,11 @@ static void shared_release(mrn_shared_cache_t *s)
  * context is no use to another (grdma shares its tree but never hands one
  * module's registrations to another either).
  */
-mca_rcache_base_module_t *mrn_module_create(const mca_rcache_base_resources_t *res)
+mca_rcache_base_module_t *mca_rcache_mrnotify_module_create(const mca_rcache_base_resources_t *res)
 {
 	const char *name = res->cache_name ? res->cache_name : "(unnamed)";
-	mrn_rcache_module_t *m;
-	mrn_shared_cache_t *s;
+	mca_rcache_mrnotify_module_t *m;
+	mca_rcache_mrnotify_shared_t *s;
 
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -712,7 +604,8 @@ mca_rcache_base_module_t *mrn_module_create(const mca_rcache_base_resources_t *r
 			break;
 	if (s) {
 		s->refs++;
-		mrn_log(2, "cache %s shared by another module (%d)", s->name, s->refs);
+		mca_rcache_mrnotify_log(2, "cache %s shared by another module (%d)", s->name,
+					s->refs);
 	} else {
 		s = shared_create(res);
 		if (s) {
