@@ -72,24 +72,19 @@ BEGIN_C_DECLS
 /* Registrations made outside the cache (BYPASS, PERSIST, INVALID). */
 #define MRN_REG_FLAG_UNCACHED MCA_RCACHE_FLAGS_MOD_RESV0
 
-/*
- * Values of the fork parameter. Its names are handed to libmrnotify's
- * mrn_fork_policy_from_string(), which owns their meaning.
- */
-enum {
-	MRN_RCACHE_FORK_AUTO = 0,
-	MRN_RCACHE_FORK_DONTFORK,
-	MRN_RCACHE_FORK_NONE,
-};
-
 typedef struct mca_rcache_mrnotify_component {
 	mca_rcache_base_component_t super;
 
-	/* MCA parameter storage (owned by the MCA variable system). */
-	int monitor;     /* mrn_monitor_t */
-	int fork_policy; /* MRN_RCACHE_FORK_* */
-	unsigned long long max_pinned;
-	unsigned long long max_entries;
+	/*
+	 * MCA parameter storage (owned by the MCA variable system). monitor,
+	 * fork and the limits are strings, parsed by libmrnotify's parsers
+	 * (check_params): MCA's enums keep their default on an unknown name,
+	 * and its integers take what they can parse of "12Q" or "-1".
+	 */
+	char *monitor_text;
+	char *fork_text;
+	char *max_pinned_text;
+	char *max_entries_text;
 	bool print_stats;
 	int verbose;
 	bool serve_grdma; /* take over Open MPI's grdma (see check_configuration) */
@@ -97,8 +92,11 @@ typedef struct mca_rcache_mrnotify_component {
 	/* Their indices, to tell values set by the user from defaults. */
 	int var_monitor, var_max_pinned, var_max_entries, var_fork, var_print_stats;
 
-	/* The fork parameter as libmrnotify understands it (when set). */
+	/* The parsed values (meaningful when the parameter is set). */
+	mrn_monitor_t monitor;
 	mrn_fork_policy_t fork_kind;
+	uint64_t max_pinned;
+	uint64_t max_entries;
 	/* A parameter had a bad value: no cache is created. */
 	bool config_error;
 } mca_rcache_mrnotify_component_t;

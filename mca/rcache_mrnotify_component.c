@@ -82,21 +82,6 @@ mca_rcache_mrnotify_component_t mca_rcache_mrnotify_component = {
 	.var_print_stats = -1,
 };
 
-static const mca_base_var_enum_value_t mrn_monitor_values[] = {
-	{MRN_MONITOR_AUTO, "auto"},
-	{MRN_MONITOR_KERNEL, "kernel"},
-	{MRN_MONITOR_UFFD, "uffd"},
-	{MRN_MONITOR_NONE, "none"},
-	{0, NULL},
-};
-
-static const mca_base_var_enum_value_t mrn_fork_values[] = {
-	{MRN_RCACHE_FORK_AUTO, "auto"},
-	{MRN_RCACHE_FORK_DONTFORK, "dontfork"},
-	{MRN_RCACHE_FORK_NONE, "none"},
-	{0, NULL},
-};
-
 /* Our parameters, by name, for the checks of the configuration. */
 const char *const mca_rcache_mrnotify_param_names[] = {
 	"monitor", "max_pinned", "max_entries", "fork", "print_stats", "verbose", NULL,
@@ -125,71 +110,17 @@ static void add_help_dirs(void)
 	opal_show_help_add_dir(MRN_HELP_DIR);
 }
 
-static int register_enum(const char *name, const char *help,
-			 const mca_base_var_enum_value_t *values, int *storage, int def)
+/* A parameter kept as the user's text, parsed by check_params. */
+static int register_text(const char *name, const char *help, const char *def, char **storage)
 {
-	mca_base_var_enum_t *new_enum = NULL;
-	char enum_name[64];
-	int var;
-
-	snprintf(enum_name, sizeof(enum_name), "rcache_%s_%s", MRN_RCACHE_NAME_STR, name);
-	if (mca_base_var_enum_create(enum_name, values, &new_enum) != OPAL_SUCCESS)
-		return -1;
-	*storage = def;
-	var = mca_base_component_var_register(&mca_rcache_mrnotify_component.super.rcache_version,
-					      name, help, MCA_BASE_VAR_TYPE_INT, new_enum, 0, 0,
-					      OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
-					      storage);
-	OBJ_RELEASE(new_enum);
-	return var;
-}
-
-static int register_size(const char *name, const char *help, unsigned long long *storage)
-{
-	*storage = 0;
+	*storage = (char *)def;
 	return mca_base_component_var_register(&mca_rcache_mrnotify_component.super.rcache_version,
-					       name, help, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG,
-					       NULL, 0, 0, OPAL_INFO_LVL_5,
-					       MCA_BASE_VAR_SCOPE_READONLY, storage);
+					       name, help, MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0,
+					       OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+					       storage);
 }
 
 static void bad_value(const char *name, const char *value, const char *expected);
-
-/*
- * Values the MCA system lets through or drops. A value it rejects (not one
- * of an enum's names) leaves the default in place with Open MPI's own
- * message; a number it parses only in part ("12Q", "1e3", "-1", which
- * becomes 2^64 - 1) is taken as what it parsed. The user asked for
- * something else: that is an error, not the default. Only the environment
- * (where mpirun --mca puts values for the processes) keeps the text as the
- * user wrote it.
- */
-static void check_raw(const char *name, int var, bool number, const char *expected)
-{
-	char env[128];
-	const char *raw;
-	uint64_t parsed;
-
-	snprintf(env, sizeof(env), "OMPI_MCA_rcache_%s_%s", MRN_RCACHE_NAME_STR, name);
-	raw = getenv(env);
-	if (!raw)
-		return;
-	if (!mca_rcache_mrnotify_param_set(var)) {
-		bad_value(name, raw, expected);
-	} else if (number) {
-		/* A count or size: the whole text, as libmrnotify reads it. */
-		const unsigned long long *storage =
-			!strcmp(name, "max_pinned") ? &mca_rcache_mrnotify_component.max_pinned
-						    : &mca_rcache_mrnotify_component.max_entries;
-		bool ok = raw[0] >= '0' && raw[0] <= '9' &&
-			  mrn_size_from_string(raw, &parsed) == 0 && parsed == *storage;
-
-		if (ok && !strcmp(name, "max_entries"))
-			ok = strspn(raw, "0123456789") == strlen(raw);
-		if (!ok)
-			bad_value(name, raw, expected);
-	}
-}
 
 /*
  * The first bad value, repeated when a cache is refused: a process that
@@ -220,49 +151,33 @@ static void bad_value(const char *name, const char *value, const char *expected)
 		     MRN_RCACHE_NAME_STR, name, expected);
 }
 
-/* Values the MCA types let through but we cannot use. */
+/*
+ * The parameters' texts, by libmrnotify's parsers (the names and suffixes
+ * are its own: a policy it gains is accepted here without a change), from
+ * wherever they came (command line, environment, a parameter file).
+ */
 static void check_params(void)
 {
 	mca_rcache_mrnotify_component_t *c = &mca_rcache_mrnotify_component;
+	const char *t;
 	char value[32];
 
 	c->config_error = false;
 	mrn_config_error_text[0] = '\0';
-	check_raw("monitor", c->var_monitor, false, "auto, kernel, uffd or none");
-	check_raw("fork", c->var_fork, false, "auto, dontfork or none");
-	check_raw("max_pinned", c->var_max_pinned, true,
-		  "a byte count with an optional K, M or G suffix (0: no limit)");
-	check_raw("max_entries", c->var_max_entries, true, "a count >= 0 (0: no limit)");
-	/* From a file: at least no "negative" size. */
-	if (!c->config_error && c->max_pinned > (unsigned long long)INT64_MAX) {
-		snprintf(value, sizeof(value), "%llu", c->max_pinned);
-		bad_value("max_pinned", value,
-			  "a byte count with an optional K, M or G suffix (0: no limit)");
-	}
-	if (!c->config_error && c->max_entries > (unsigned long long)INT64_MAX) {
-		snprintf(value, sizeof(value), "%llu", c->max_entries);
-		bad_value("max_entries", value, "a count >= 0 (0: no limit)");
-	}
-	/*
-	 * The names are libmrnotify's: ask it, so that a policy it gains is
-	 * accepted here without a change, and one it lacks is refused.
-	 */
-	if (mca_rcache_mrnotify_param_set(c->var_fork)) {
-		/* The enum admits only its values; guard the index all the same. */
-		const int i = c->fork_policy >= MRN_RCACHE_FORK_AUTO &&
-					      c->fork_policy <= MRN_RCACHE_FORK_NONE
-				      ? c->fork_policy
-				      : 0;
-		const char *name = mrn_fork_values[i].string;
-
-		if (mrn_fork_policy_from_string(name, &c->fork_kind) < 0) {
-			opal_show_help(MRN_HELP_FILE, "fork-unsupported", true, MRN_LOG_PREFIX,
-				       name, MRN_RCACHE_NAME_STR);
-			config_error("the libmrnotify in use does not know the fork policy \"%s\" "
-				     "(rcache_%s_fork)",
-				     name, MRN_RCACHE_NAME_STR);
-		}
-	}
+	t = c->monitor_text ? c->monitor_text : "";
+	if (mrn_monitor_from_string(t, &c->monitor) < 0)
+		bad_value("monitor", t, "auto, kernel, uffd or none");
+	t = c->fork_text ? c->fork_text : "";
+	if (mrn_fork_policy_from_string(t, &c->fork_kind) < 0)
+		bad_value("fork", t, "auto, dontfork or none");
+	t = c->max_pinned_text ? c->max_pinned_text : "";
+	if (mrn_size_from_string(t, &c->max_pinned) < 0 || c->max_pinned > (uint64_t)INT64_MAX)
+		bad_value("max_pinned", t,
+			  "a byte count with an optional K, M, G or T suffix (0: no limit)");
+	t = c->max_entries_text ? c->max_entries_text : "";
+	if (!*t || strspn(t, "0123456789") != strlen(t) ||
+	    mrn_size_from_string(t, &c->max_entries) < 0 || c->max_entries > (uint64_t)INT64_MAX)
+		bad_value("max_entries", t, "a count >= 0 (0: no limit)");
 	if (c->verbose < 0 || c->verbose > 3) {
 		snprintf(value, sizeof(value), "%d", c->verbose);
 		c->verbose = 0;
@@ -276,7 +191,7 @@ static int mrn_component_register(void)
 	mca_base_component_t *v = &c->super.rcache_version;
 
 	add_help_dirs();
-	c->var_monitor = register_enum(
+	c->var_monitor = register_text(
 		"monitor",
 		"How the cache learns that registered memory was unmapped or remapped: "
 		"auto (kernel, else uffd, else none), "
@@ -288,21 +203,21 @@ static int mrn_component_register(void)
 		"Unmaps that bypass libc (raw system calls, other runtimes) are seen by kernel and "
 		"uffd only. "
 		"Left at its default, the MRNOTIFY_MONITOR environment variable applies",
-		mrn_monitor_values, &c->monitor, MRN_MONITOR_AUTO);
-	c->var_max_pinned = register_size(
+		"auto", &c->monitor_text);
+	c->var_max_pinned = register_text(
 		"max_pinned",
 		"Most bytes the cache keeps registered, in use or idle; idle registrations are "
 		"evicted (least recently used first) "
-		"to stay under it. Optional K, M or G suffix; 0 means no limit. "
+		"to stay under it. Optional K, M, G or T suffix; 0 means no limit. "
 		"Left at its default, MRNOTIFY_MAX_PINNED applies",
-		&c->max_pinned);
-	c->var_max_entries = register_size(
+		"0", &c->max_pinned_text);
+	c->var_max_entries = register_text(
 		"max_entries",
 		"Most registrations the cache holds; idle ones are evicted (least recently used "
 		"first) to stay under it. "
 		"0 means no limit. Left at its default, MRNOTIFY_MAX_ENTRIES applies",
-		&c->max_entries);
-	c->var_fork = register_enum("fork",
+		"0", &c->max_entries_text);
+	c->var_fork = register_text("fork",
 				    "What registered pages do across fork(): auto (libmrnotify's "
 				    "default: madvise(MADV_DONTFORK) only where the "
 				    "kernel does not keep pinned pages with the parent), dontfork "
@@ -310,7 +225,7 @@ static int mrn_component_register(void)
 				    "them, so the parent's registrations stay valid) or none "
 				    "(leave it to the kernel and the transport, e.g. "
 				    "ibv_fork_init). Left at its default, MRNOTIFY_FORK applies",
-				    mrn_fork_values, &c->fork_policy, MRN_RCACHE_FORK_AUTO);
+				    "auto", &c->fork_text);
 	c->print_stats = false;
 	c->var_print_stats = mca_base_component_var_register(
 		v, "print_stats",

@@ -396,7 +396,7 @@ static int config_from_params(mca_rcache_mrnotify_shared_t *s,
 		return -1;
 	}
 	if (mca_rcache_mrnotify_param_set(c->var_monitor))
-		cfg->monitor = (mrn_monitor_t)c->monitor;
+		cfg->monitor = c->monitor;
 	if (mca_rcache_mrnotify_param_set(c->var_max_pinned))
 		cfg->max_pinned_bytes = c->max_pinned;
 	if (mca_rcache_mrnotify_param_set(c->var_max_entries))
