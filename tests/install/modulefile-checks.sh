@@ -22,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 case=${1:-}
 modulefiles=${MODULEFILES:-/usr/share/modulefiles}
 envm=${ENVMODULES:-/opt/mrn-test/environment-modules}
-VARS='OMPI_MCA_mca_base_component_path|OMPI_MCA_btl_openib_rcache|OMPI_MCA_opal_common_ucx_opal_mem_hooks|LD_PRELOAD|UCX_MRNOTIFY_ENABLE|UCX_MEM_MMAP_HOOK_MODE|UCX_MEM_MALLOC_HOOKS|UCX_MEM_MALLOC_RELOC|MRNOTIFY_MODULE_ACTIVE'
+VARS='OMPI_MCA_mca_base_component_path|OMPI_MCA_btl_openib_rcache|OMPI_MCA_rcache_mrnotify_serve_grdma|OMPI_MCA_opal_common_ucx_opal_mem_hooks|LD_PRELOAD|UCX_MRNOTIFY_ENABLE|UCX_MEM_MMAP_HOOK_MODE|UCX_MEM_MALLOC_HOOKS|UCX_MEM_MALLOC_RELOC|MRNOTIFY_MODULE_ACTIVE'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -88,7 +88,8 @@ for sys in $systems; do
 		check "$name: no loader errors" sh -c "! grep -q 'ld.so\|cannot be preloaded' '$tmp/err'"
 	else
 		check "$name: with the device, no notice" [ "$notices" -eq 0 ]
-		for v in OMPI_MCA_mca_base_component_path LD_PRELOAD UCX_MEM_MMAP_HOOK_MODE \
+		for v in OMPI_MCA_mca_base_component_path OMPI_MCA_rcache_mrnotify_serve_grdma \
+			LD_PRELOAD UCX_MEM_MMAP_HOOK_MODE \
 			OMPI_MCA_opal_common_ucx_opal_mem_hooks UCX_MRNOTIFY_ENABLE; do
 			check "$name: with the device, $v set" grep -q "^$v=" "$tmp/out"
 		done
