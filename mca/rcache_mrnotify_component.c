@@ -164,19 +164,34 @@ static void check_params(void)
 
 	c->config_error = false;
 	mrn_config_error_text[0] = '\0';
+	/* Only what the user set: a default is the library's own. */
 	t = c->monitor_text ? c->monitor_text : "";
-	if (mrn_monitor_from_string(t, &c->monitor) < 0)
+	if (mca_rcache_mrnotify_param_set(c->var_monitor) &&
+	    mrn_monitor_from_string(t, &c->monitor) < 0)
 		bad_value("monitor", t, "auto, kernel, uffd or none");
 	t = c->fork_text ? c->fork_text : "";
-	if (mrn_fork_policy_from_string(t, &c->fork_kind) < 0)
-		bad_value("fork", t, "auto, dontfork or none");
+	if (mca_rcache_mrnotify_param_set(c->var_fork) &&
+	    mrn_fork_policy_from_string(t, &c->fork_kind) < 0) {
+		if (strcmp(t, "auto") && strcmp(t, "dontfork") && strcmp(t, "none")) {
+			bad_value("fork", t, "auto, dontfork or none");
+		} else {
+			/* One of ours that an older libmrnotify lacks. */
+			opal_show_help(MRN_HELP_FILE, "fork-unsupported", true, MRN_LOG_PREFIX, t,
+				       MRN_RCACHE_NAME_STR);
+			config_error("the libmrnotify in use does not know the fork policy \"%s\" "
+				     "(rcache_%s_fork)",
+				     t, MRN_RCACHE_NAME_STR);
+		}
+	}
 	t = c->max_pinned_text ? c->max_pinned_text : "";
-	if (mrn_size_from_string(t, &c->max_pinned) < 0 || c->max_pinned > (uint64_t)INT64_MAX)
+	if (mca_rcache_mrnotify_param_set(c->var_max_pinned) &&
+	    (mrn_size_from_string(t, &c->max_pinned) < 0 || c->max_pinned > (uint64_t)INT64_MAX))
 		bad_value("max_pinned", t,
 			  "a byte count with an optional K, M, G or T suffix (0: no limit)");
 	t = c->max_entries_text ? c->max_entries_text : "";
-	if (!*t || strspn(t, "0123456789") != strlen(t) ||
-	    mrn_size_from_string(t, &c->max_entries) < 0 || c->max_entries > (uint64_t)INT64_MAX)
+	if (mca_rcache_mrnotify_param_set(c->var_max_entries) &&
+	    (!*t || strspn(t, "0123456789") != strlen(t) ||
+	     mrn_size_from_string(t, &c->max_entries) < 0 || c->max_entries > (uint64_t)INT64_MAX))
 		bad_value("max_entries", t, "a count >= 0 (0: no limit)");
 	if (c->verbose < 0 || c->verbose > 3) {
 		snprintf(value, sizeof(value), "%d", c->verbose);
