@@ -193,7 +193,7 @@ TEST(Create, RefusesEveryMonitorOutsideThePublicEnum)
 	cfg.reg = [](void *, void *, void *, size_t, uint32_t, void *) { return 0; };
 	cfg.dereg = [](void *, void *) { return 0; };
 	cfg.fork_policy = MRN_FORK_NONE;
-	for (int value : {4, 6, -1}) {
+	for (int value : {4, 7, -1}) {
 		cfg.monitor = static_cast<mrn_monitor_t>(value);
 		mrn_cache_t *c = nullptr;
 		EXPECT_EQ(-EINVAL, mrn_cache_create(&cfg, &c)) << "monitor " << value;
@@ -202,6 +202,7 @@ TEST(Create, RefusesEveryMonitorOutsideThePublicEnum)
 			mrn_cache_destroy(c);
 	}
 	EXPECT_STREQ("unknown", mrn_monitor_to_string(static_cast<mrn_monitor_t>(4)));
+	EXPECT_STREQ("unknown", mrn_monitor_to_string(static_cast<mrn_monitor_t>(7)));
 }
 
 // The monitor a cache created with `want` ends up with (a dummy register
