@@ -21,7 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether the user set one of our parameters for the component called name. */
+/*
+ * Whether the user set one of our parameters for the component called name.
+ * From the environment, where mpirun --mca puts them: Open MPI keeps no
+ * record of a parameter nobody registered (rcache_grdma_monitor when our
+ * grdma-named build is not loaded), so MCA cannot say.
+ */
 static const char *param_set_for(const char *name)
 {
 	static char env[128];

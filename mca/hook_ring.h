@@ -44,7 +44,17 @@ void mca_rcache_mrnotify_hook_ring_init(struct mca_rcache_mrnotify_hook_ring *r)
 /* Queues [start, start + len); on a full queue merges it into the lost span. */
 void mca_rcache_mrnotify_hook_ring_push(struct mca_rcache_mrnotify_hook_ring *r, uintptr_t start,
 					size_t len);
-/* The oldest queued range, if any (one consumer at a time). */
+/*
+ * Nothing queued and nothing lost: the check every call into the cache
+ * makes before draining, two loads and no write.
+ */
+static inline bool mca_rcache_mrnotify_hook_ring_idle(struct mca_rcache_mrnotify_hook_ring *r)
+{
+	return __atomic_load_n(&r->tail, __ATOMIC_RELAXED) ==
+		       __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&r->lost, __ATOMIC_ACQUIRE);
+}
+/* The oldest queued range, if any (any thread may pop: tail moves by CAS). */
 bool mca_rcache_mrnotify_hook_ring_pop(struct mca_rcache_mrnotify_hook_ring *r, uintptr_t *start,
 				       size_t *len);
 /* Takes the lost span, if any: [*start, *start + *len). */

@@ -87,7 +87,7 @@ typedef struct mca_rcache_mrnotify_component {
 	char *max_entries_text;
 	bool print_stats;
 	int verbose;
-	bool serve_grdma; /* take over Open MPI's grdma (see check_configuration) */
+	bool serve_grdma; /* take over Open MPI's grdma (grdma_takeover.c) */
 
 	/* Their indices, to tell values set by the user from defaults. */
 	int var_monitor, var_max_pinned, var_max_entries, var_fork, var_print_stats;

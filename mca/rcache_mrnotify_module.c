@@ -153,9 +153,7 @@ static void hook_ring_drain(mca_rcache_mrnotify_shared_t *s)
 	uintptr_t start;
 	size_t len;
 
-	if (__atomic_load_n(&r->tail, __ATOMIC_RELAXED) ==
-		    __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) &&
-	    !__atomic_load_n(&r->lost, __ATOMIC_ACQUIRE))
+	if (mca_rcache_mrnotify_hook_ring_idle(r))
 		return;
 	if (mca_rcache_mrnotify_hook_ring_take_lost(r, &start, &len)) {
 		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
