@@ -216,6 +216,11 @@ run_uct() {
 		return
 	fi
 	ours=$UCT_OURS
+	# A NIC pins, as btl/uct does here: the storm runs with transparent
+	# huge pages "always", as on many sites' nodes (the api counts above
+	# want them off; restore_vm puts the setting back).
+	echo always >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
+	note "uct: transparent huge pages $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 	uct_case "the storm, 2 threads a rank, our cache serving grdma, kernel monitor, no hooks" \
 		correct 2 p2p $ours --mca "rcache_${RC}_print_stats" 1
 	# Each rank's btl/uct got our cache, under the memory domain's name.
