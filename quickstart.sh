@@ -33,7 +33,7 @@ packages=(
 	linux-source-6.1 bc flex bison libelf-dev libssl-dev
 	dpkg-dev debhelper dh-dkms lintian chrpath git
 	hpcc lammps lammps-examples trinity dropbear-bin
-	gcc-aarch64-linux-gnu qemu-user
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 )
 
 say() { printf '\n== %s\n' "$*"; }
