@@ -192,7 +192,17 @@ uct_case() {
 	mpirun_uct "$expect" "$threads" "$how" "$@" >"$OUT" 2>&1
 	rc=$?
 	show "$OUT" 30
-	[ $rc -eq 0 ] && pass "uct: $name (expected $expect)" || fail "uct: $name (exit $rc, expected $expect)"
+	if [ $rc -eq 0 ]; then
+		pass "uct: $name (expected $expect)"
+	elif [ "$expect" = corrupt ] && [ $rc -ne 124 ] && grep -q 'bytes wrong$' "$OUT"; then
+		# A stale registration can do worse than wrong bytes: a rank
+		# reading through it was seen to die (SIGTRAP, exit 133). The
+		# wrong bytes it printed first are the result; a death without
+		# them, or a timeout, is not.
+		pass "uct: $name (corrupt, then a rank died: exit $rc)"
+	else
+		fail "uct: $name (exit $rc, expected $expect)"
+	fi
 }
 
 # uct_missing PROGRAM: why btl/uct cannot run PROGRAM here (empty: it can).
@@ -217,8 +227,9 @@ run_uct() {
 	fi
 	ours=$UCT_OURS
 	# A NIC pins, as btl/uct does here: the storm runs with transparent
-	# huge pages "always", as on many sites' nodes (the api counts above
-	# want them off; restore_vm puts the setting back).
+	# huge pages "always", as on many sites' nodes (and Debian's default).
+	# The api counts above want them off; restore_vm puts back what it
+	# found.
 	echo always >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
 	note "uct: transparent huge pages $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 	uct_case "the storm, 2 threads a rank, our cache serving grdma, kernel monitor, no hooks" \
@@ -228,17 +239,27 @@ run_uct() {
 	[ "$n" -ge "$NP" ] && pass "uct: each rank's btl/uct cache (uct.rxe0) is ours ($n)" ||
 		fail "uct: $n of $NP ranks printed our cache's statistics for uct.rxe0"
 	uct_case "the storm, 1 thread a rank, our cache" correct 1 p2p $ours
-	# The stock set-up, Open MPI's hooks on: they see glibc's calls, not
-	# the system calls themselves. (With the hooks off, Open MPI 5.0.7
-	# refuses to leave registrations pinned, and asked to with
-	# mpi_leave_pinned 1 the rank crashes in mca_btl_base_select: there is
-	# no stock blind cache to run.)
-	uct_case "stock grdma, Open MPI's hooks on, raw system calls (negative control)" corrupt 2 p2p
 	# One-sided: osc/rdma registers each round's window through the same
 	# cache; a stale registration lets the peer's MPI_Put land in the pages
 	# the window had before its memory was replaced.
 	uct_case "the storm by MPI_Put into windows (osc/rdma), our cache" correct 1 osc $ours \
 		--mca "rcache_${RC}_print_stats" 1
+	# The stock set-up, Open MPI's hooks on: they see glibc's calls, not
+	# the system calls themselves. (With the hooks off, Open MPI 5.0.7
+	# refuses to leave registrations pinned, and asked to with
+	# mpi_leave_pinned 1 the rank crashes in mca_btl_base_select: there is
+	# no stock blind cache to run.)
+	if [ -n "${MRN_MPI_HOSTS:-}" ]; then
+		# Across two guests the controls' stale registrations panicked
+		# a guest's kernel in rdma_rxe in two runs (Debian 13, 6.12.117;
+		# docs/openmpi.md), which ends the lane; the same controls run
+		# in the single guest of every lane.
+		why="stock grdma's stale registrations panicked a Debian 13 guest kernel in rdma_rxe across two guests; run in the single guest"
+		skip "uct: stock grdma, Open MPI's hooks on, raw system calls (negative control)" "$why"
+		skip "uct: the storm by MPI_Put, stock grdma, hooks on, raw system calls (negative control)" "$why"
+		return
+	fi
+	uct_case "stock grdma, Open MPI's hooks on, raw system calls (negative control)" corrupt 2 p2p
 	uct_case "the storm by MPI_Put, stock grdma, hooks on, raw system calls (negative control)" \
 		corrupt 1 osc
 }

@@ -102,6 +102,9 @@ static void *exchange(void *arg)
 			printf("mpi_unmap_storm: rank %d thread %d round %d (%s): %zu of %zu bytes "
 			       "wrong\n",
 			       w->rank, w->thread, round, mrn_kind_name[k], wrong, opt.size);
+			/* Out now: a transport reading stale pages may
+			 * crash the rank later, and the line must survive. */
+			fflush(stdout);
 			w->wrong[k]++;
 		}
 		if (opt.fork && w->thread == 0 && round % 4 == 3)
