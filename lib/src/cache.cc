@@ -642,14 +642,14 @@ void Cache::abandon_entry(Writer &w, Entry *p)
 	pool_.release(p);
 }
 
-void Cache::insert(Writer &, Entry *p)
+void Cache::insert(Writer &w, Entry *p)
 {
 	unindexed_.erase(p);
 	// One reference for the index, one for the caller.
 	p->refs.store(Entry::kIndexRef + 1, std::memory_order_relaxed);
 	p->state.store(Entry::kIndexed, std::memory_order_relaxed);
 	p->last_use.store(lru_stamp(), std::memory_order_relaxed);
-	lru_tick_.fetch_add(1, std::memory_order_relaxed);
+	advance_lru_tick(w);
 	if (index_.insert_needs_growth()) {
 		ExclusiveGuard ex(lock_);
 		index_.grow();
@@ -710,7 +710,7 @@ size_t Cache::evict(Writer &w, uint64_t bytes_needed, uint64_t entries_needed)
 		}
 	}
 	st_.evictions += evicted;
-	lru_tick_.fetch_add(1, std::memory_order_relaxed);
+	advance_lru_tick(w);
 	return evicted;
 }
 

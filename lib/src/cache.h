@@ -24,6 +24,7 @@
 #ifndef MRN_CACHE_H
 #define MRN_CACHE_H
 
+#include "compiler.h"
 #include "entry.h"
 #include "entry_pool.h"
 #include "monitor.h"
@@ -51,7 +52,8 @@ public:
 	Cache &operator=(const Cache &) = delete;
 
 	// arg goes to the register function if this call registers.
-	int get(void *addr, size_t len, uint32_t access, Entry **out, void *arg = nullptr)
+	MRN_HOT_INLINE int get(void *addr, size_t len, uint32_t access, Entry **out,
+				  void *arg = nullptr)
 	{
 		uintptr_t s, e;
 		if (!page_range(addr, len, &s, &e))
@@ -74,7 +76,7 @@ public:
 		return get_slow(s, e, access, arg, out);
 	}
 
-	void put(Entry *x)
+	MRN_HOT_INLINE void put(Entry *x)
 	{
 		if (keep_idle_) {
 			// Stamp before letting go: once our reference is gone the
@@ -116,7 +118,7 @@ private:
 	class DrainSink;
 	struct MissPlan;
 
-	bool page_range(void *addr, size_t len, uintptr_t *s, uintptr_t *e) const
+	MRN_HOT_INLINE bool page_range(void *addr, size_t len, uintptr_t *s, uintptr_t *e) const
 	{
 		const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
 		if (len == 0 || a + len < a || a + len > UINTPTR_MAX - page_mask_)
@@ -125,7 +127,7 @@ private:
 		*e = (a + len + page_mask_) & ~page_mask_;
 		return true;
 	}
-	void count_hit(unsigned idx)
+	MRN_HOT_INLINE void count_hit(unsigned idx)
 	{
 		// Each thread owns its counter's line: a plain increment, no
 		// locked instruction (threads beyond the record table share one
@@ -139,10 +141,17 @@ private:
 	// arbitrarily. 32 bits wrap after a million ticks: eviction compares
 	// ages (now - stamp), which stay right while they are below 2^31.
 	static constexpr unsigned kSequenceBits = 12;
-	uint32_t lru_stamp() const
+	MRN_HOT_INLINE uint32_t lru_stamp() const
 	{
 		return uint32_t(lru_tick_.load(std::memory_order_relaxed) << kSequenceBits |
 				(ReaderRecords::next_sequence() & ((1u << kSequenceBits) - 1)));
+	}
+	// Writers are serialised (hence the Writer): a load and a store, no
+	// locked instruction.
+	void advance_lru_tick(Writer &)
+	{
+		lru_tick_.store(lru_tick_.load(std::memory_order_relaxed) + 1,
+				std::memory_order_relaxed);
 	}
 	// A stamp no entry has yet: the next tick's first.
 	uint32_t lru_now() const
@@ -197,13 +206,17 @@ private:
 	uintptr_t page_mask_;
 	MonitorFactory open_monitor_;
 
-	// Read by hits.
-	alignas(64) CacheLock lock_;
-	std::atomic<const uint64_t *> gen_ptr_{nullptr};
+	// Read by hits: lines that misses do not write (the lock's writer
+	// flag and the index's table pointers change only with readers
+	// excluded, seen_gen_ on drains), so a thread that misses does not
+	// take the line away from threads that hit.
+	CacheLock lock_;
+	alignas(64) std::atomic<const uint64_t *> gen_ptr_{nullptr};
 	std::atomic<uint64_t> seen_gen_{0};
 	bool keep_idle_ = false;
 	RangeIndex index_;
-	std::atomic<uint64_t> lru_tick_{1};
+	// Read by every put, moved by misses and evictions: a line of its own.
+	alignas(64) std::atomic<uint64_t> lru_tick_{1};
 
 	struct alignas(64) HitCounter {
 		std::atomic<uint64_t> n{0};

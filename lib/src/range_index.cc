@@ -50,8 +50,11 @@ void RangeIndex::insert(Entry *e)
 	if (c1 != c0)
 		put_slot(make_key(level, c1), make_slot(e, true, make_key(level, c1)));
 	entries_++;
-	level_count_[level]++;
-	level_mask_.fetch_or(uint32_t(1) << level, std::memory_order_release);
+	// Writers are serialised, and lookups read the mask: store it only
+	// when the level was empty.
+	if (level_count_[level]++ == 0)
+		level_mask_.store(level_mask_.load(std::memory_order_relaxed) | uint32_t(1) << level,
+				  std::memory_order_release);
 }
 
 void RangeIndex::erase(Entry *e)
@@ -64,7 +67,8 @@ void RangeIndex::erase(Entry *e)
 		erase_slot(make_slot(e, true, make_key(level, c1)));
 	entries_--;
 	if (--level_count_[level] == 0)
-		level_mask_.fetch_and(~(uint32_t(1) << level), std::memory_order_relaxed);
+		level_mask_.store(level_mask_.load(std::memory_order_relaxed) & ~(uint32_t(1) << level),
+				  std::memory_order_relaxed);
 }
 
 void RangeIndex::put_slot(uint64_t key, uint64_t slot)

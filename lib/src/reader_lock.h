@@ -32,6 +32,8 @@
 #ifndef MRN_READER_LOCK_H
 #define MRN_READER_LOCK_H
 
+#include "compiler.h"
+
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -72,19 +74,19 @@ class ReaderRecords {
 public:
 	// The calling thread's record index; kMaxReaderRecords when all are
 	// taken (such threads share the counted overflow record).
-	static unsigned my_index()
+	static MRN_HOT_INLINE unsigned my_index()
 	{
 		const unsigned i = tls_reader.index_plus_one;
 		return __builtin_expect(i != 0, 1) ? i - 1 : assign_index();
 	}
 	// A number that grows with each call in this thread (LRU stamps).
-	static uint32_t next_sequence() { return ++tls_reader.sequence; }
-	static ReaderRecord &record(unsigned i) { return records_[i]; }
+	static MRN_HOT_INLINE uint32_t next_sequence() { return ++tls_reader.sequence; }
+	static MRN_HOT_INLINE ReaderRecord &record(unsigned i) { return records_[i]; }
 	static std::atomic<uint32_t> &overflow() { return overflow_; }
 	// How many records have ever been handed out (a writer scans these).
 	static unsigned high_water() { return high_water_.load(std::memory_order_acquire); }
 	// True when readers may rely on the writer's membarrier.
-	static bool asymmetric() { return asymmetric_; }
+	static MRN_HOT_INLINE bool asymmetric() { return asymmetric_; }
 	// Full barrier on every thread of the process (or this one only).
 	static void barrier_all_threads();
 	// In a forked child only the forking thread runs: its parent's other
@@ -110,7 +112,7 @@ public:
 	// Returns what unlock_shared() must restore. The common case (no
 	// section open on this thread, no writer) is inline; nesting and
 	// waiting for a writer are out of line.
-	uint32_t lock_shared(unsigned idx)
+	MRN_HOT_INLINE uint32_t lock_shared(unsigned idx)
 	{
 		if (__builtin_expect(idx < kMaxReaderRecords, 1)) {
 			std::atomic<uint32_t> &a = ReaderRecords::record(idx).active;
@@ -141,7 +143,7 @@ public:
 		}
 		return lock_overflow();
 	}
-	void unlock_shared(unsigned idx, uint32_t prev)
+	MRN_HOT_INLINE void unlock_shared(unsigned idx, uint32_t prev)
 	{
 		if (__builtin_expect(idx < kMaxReaderRecords, 1))
 			ReaderRecords::record(idx).active.store(prev, std::memory_order_release);
@@ -175,16 +177,19 @@ private:
 	uint32_t lock_overflow();
 	void unlock_overflow(uint32_t prev);
 
+	// Every hit reads the flag; every miss writes the mutex: one line
+	// each, so that misses do not steal the flag's line from hitting
+	// threads.
 	alignas(64) std::atomic<bool> writer_{false};
-	std::mutex writer_mutex_;
+	alignas(64) std::mutex writer_mutex_;
 };
 
 class SharedGuard {
 public:
-	explicit SharedGuard(CacheLock &l)
+	explicit MRN_HOT_INLINE SharedGuard(CacheLock &l)
 	    : lock_(l), idx_(ReaderRecords::my_index()), prev_(lock_.lock_shared(idx_))
 	{}
-	~SharedGuard() { lock_.unlock_shared(idx_, prev_); }
+	MRN_HOT_INLINE ~SharedGuard() { lock_.unlock_shared(idx_, prev_); }
 	SharedGuard(const SharedGuard &) = delete;
 	SharedGuard &operator=(const SharedGuard &) = delete;
 	unsigned index() const { return idx_; }
