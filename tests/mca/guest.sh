@@ -228,8 +228,8 @@ run_uct() {
 	ours=$UCT_OURS
 	# A NIC pins, as btl/uct does here: the storm runs with transparent
 	# huge pages "always", as on many sites' nodes (and Debian's default).
-	# The api counts above want them off; restore_vm puts back what it
-	# found.
+	# The api counts above want them off: where the top of this file
+	# turned them off, restore_vm puts back what it found.
 	echo always >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
 	note "uct: transparent huge pages $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 	uct_case "the storm, 2 threads a rank, our cache serving grdma, kernel monitor, no hooks" \
@@ -253,7 +253,8 @@ run_uct() {
 		# Across two guests the controls' stale registrations panicked
 		# a guest's kernel in rdma_rxe in two runs (Debian 13, 6.12.117;
 		# docs/openmpi.md), which ends the lane; the same controls run
-		# in the single guest of every lane.
+		# in the debian13 lane's single guest, the one lane with
+		# btl/uct today.
 		why="stock grdma's stale registrations panicked a Debian 13 guest kernel in rdma_rxe across two guests; run in the single guest"
 		skip "uct: stock grdma, Open MPI's hooks on, raw system calls (negative control)" "$why"
 		skip "uct: the storm by MPI_Put, stock grdma, hooks on, raw system calls (negative control)" "$why"
