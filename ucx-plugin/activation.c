@@ -96,10 +96,12 @@ const volatile uint64_t mrn_ucx_forked = 1;
 static ucs_config_field_t mrn_ucx_config_table[] = {
 	{"ENABLE", "try",
 	 "Make the mrnotify kernel module (" MRN_DEVICE_PATH ") the source of UCX's\n"
-	 "VM_UNMAPPED memory events, so that registration caches stay correct with UCM's\n"
-	 "memory hooks off (UCX_MEM_MMAP_HOOK_MODE=none). Decided when the process first\n"
-	 "creates a UCP context or a registration cache, never at load.\n"
+	 "VM_UNMAPPED memory events, so that registration caches stay correct without\n"
+	 "UCM's memory hooks: the event is declared external, and UCM installs no hook\n"
+	 "for it. Decided in each process when it first creates a UCP context or a\n"
+	 "registration cache, never at load.\n"
 	 " try - use it when the device opens and passes a self-test, else leave UCX as it is\n"
+	 "       (UCM's hooks as configured): safe to set on every node of a cluster\n"
 	 " yes - the same, but make creating a UCP context fail when the device cannot be used\n"
 	 " no  - do nothing",
 	 ucs_offsetof(mrn_ucx_config_t, enable), UCS_CONFIG_TYPE_TERNARY},

@@ -249,6 +249,13 @@ MRN_UCX_EXPORT ucs_status_t ucm_set_event_handler(int events, int priority, ucm_
 {
 	mrn_ucx_rcache_t *rc = mrn_ucx_creating;
 
+	/*
+	 * Decided before the first handler for these events: once the plugin
+	 * has declared VM_UNMAPPED external, UCM installs no hook for it, and
+	 * every cache, whoever creates it, hears of unmaps from the kernel.
+	 */
+	if (events & (UCM_EVENT_VM_MAPPED | UCM_EVENT_VM_UNMAPPED))
+		mrn_ucx_activate();
 	if (rc != NULL && (events & UCM_EVENT_VM_UNMAPPED)) {
 		rc->unmapped_cb = cb;
 		rc->unmapped_arg = arg;

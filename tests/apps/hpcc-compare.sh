@@ -3,7 +3,7 @@
 # hpcc (Debian's HPC Challenge build) as an application test: the same small
 # problem (HPL N=800 on 1x2 ranks, then PTRANS, RandomAccess, FFT, STREAM,
 # DGEMM and the ring bandwidth tests) run once with stock UCX and once
-# behind a prefix (the plugin's wrapper, which turns UCM's hooks off), both
+# behind a prefix (the plugin's wrapper), both
 # over the same launcher. Passes when both runs pass hpcc's own
 # verifications, give the same verification figures, and the prefixed run
 # registered memory (libregcount.so counts ibv_reg_mr in every rank).

@@ -3,7 +3,7 @@
 # LAMMPS (Debian's lammps package) as an application test: its own
 # Lennard-Jones melt example (4,000 atoms, 250 steps, the halo exchanged
 # between two ranks every step) run once with stock UCX and once behind a
-# prefix (the plugin's wrapper, which turns UCM's hooks off), over the same
+# prefix (the plugin's wrapper), over the same
 # launcher. Passes when both runs finish, print the same thermodynamic
 # output at every step LAMMPS reports (a molecular dynamics run is chaotic:
 # one wrong byte in a halo shows within a few steps), and the prefixed run

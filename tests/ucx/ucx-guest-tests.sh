@@ -64,6 +64,15 @@ PLUGIN="$run --enable=yes --stats"
 # UCM's hooks off and no plugin: caches exist only if something declares
 # the event external.
 NOHOOKS="env UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n"
+# What the modulefiles set for UCX on every node (config/modulefiles): the
+# plugin preloaded in try mode, UCM's hooks left as configured; each
+# process decides on its node. WITHOUT_DEVICE runs a case as on a node
+# without the module (the same guest, /dev/mrnotify hidden): there UCX's own
+# hooks keep its cache right. The old modulefiles' environment (UCM's hooks
+# off in the environment, NOHOOKS) leaves UCX there with no cache at all:
+# the negative control.
+MODULE_ENV="env LD_PRELOAD=$plugin UCX_MRNOTIFY_ENABLE=try UCX_MRNOTIFY_STATS=y"
+WITHOUT_DEVICE="sh $here/../harness/without-device.sh"
 # The UCX the plugin runs (its minor version), which decides what can be
 # tested here.
 ucx_minor=$(env MRNOTIFY_UCX_PROBE=version LD_PRELOAD="$plugin" true 2>&1 |
@@ -110,8 +119,7 @@ if [ "${ucx_minor:-0}" -ge 16 ]; then
 	IB_CASES="cache.ib_md_caches_nothing_in_this_ucx|rxe|-|$PLUGIN $STALE --api=uct --unmap=raw --expect=uncached"
 else
 	IB_CASES="cache.ib_plugin_raw_syscalls|rxe|ranges|$PLUGIN $STALE --api=uct --unmap=raw --expect=fresh
-cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale
-cache.ib_ucx_hooks_and_plugin_raw_syscalls|rxe|ranges|$run --enable=yes --stats --keep-hooks $STALE --api=uct --unmap=raw --expect=fresh"
+cache.ib_ucx_hooks_miss_raw_syscalls|rxe|-|$STALE --api=uct --unmap=raw --expect=stale"
 fi
 TCP="env UCX_TLS=tcp,self UCX_PROTO_ENABLE=y"
 SHM="env UCX_TLS=posix,cma,self UCX_PROTO_ENABLE=y"
@@ -145,6 +153,9 @@ have_mpi() { command -v mpirun >/dev/null 2>&1 && [ -x "$MPI" ]; }
 #          statistics line contains TEXT)
 ALL_CASES="
 cache.ucp_plugin_libc|-|ranges|$PLUGIN $STALE --api=ucp --unmap=libc --expect=fresh
+cache.ucp_preloaded_as_the_modulefile_does|-|ranges|$MODULE_ENV $STALE --api=ucp --unmap=raw --expect=fresh
+cache.ucp_preloaded_node_without_device_keeps_ucx_hooks|-|inactive|$WITHOUT_DEVICE $MODULE_ENV $STALE --api=ucp --unmap=libc --expect=fresh
+cache.ucp_old_module_env_node_without_device_caches_nothing|-|inactive|$WITHOUT_DEVICE $NOHOOKS $MODULE_ENV $STALE --api=ucp --unmap=libc --expect=uncached
 cache.ucp_plugin_raw_syscalls|-|ranges|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh
 cache.ucp_blind_shows_stale_hit|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=stale --declare-external
 cache.ucp_no_hooks_no_plugin_is_uncached|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=uncached
