@@ -17,6 +17,9 @@
 #include "opal/util/output.h"
 #include "opal/util/show_help.h"
 
+#include <linux/mrnotify.h>
+
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +100,30 @@ static mca_rcache_base_module_t *warn_stock_grdma_init(mca_rcache_base_resources
 	return stock_grdma_init(res);
 }
 
+/*
+ * serve_grdma=kernel: whether this process can use /dev/mrnotify (the
+ * library opens it and maps its counter, as a cache would). Asked once, at
+ * open, on the node the process runs on: a site's modulefile or launch
+ * environment sets the same value for every node of a job, and nodes
+ * without the module keep the stock grdma.
+ */
+static bool kernel_usable(void)
+{
+	mrn_watch_t *watch;
+	const int rc = mrn_watch_open(MRN_MONITOR_KERNEL, &watch);
+
+	if (rc < 0) {
+		mca_rcache_mrnotify_log(1,
+					"serve_grdma=kernel: " MRN_DEVICE_PATH
+					" is not usable here (%s): transports that ask for grdma "
+					"get Open MPI's own",
+					strerror(-rc));
+		return false;
+	}
+	mrn_watch_close(watch);
+	return true;
+}
+
 void mca_rcache_mrnotify_grdma_takeover(mca_rcache_base_component_init_fn_t ours)
 {
 	mca_rcache_base_component_t *grdma = stock_grdma();
@@ -105,6 +132,9 @@ void mca_rcache_mrnotify_grdma_takeover(mca_rcache_base_component_init_fn_t ours
 	if (!grdma)
 		return;
 	if (mca_rcache_mrnotify_component.serve_grdma) {
+		/* kernel, where it is not usable: the stock grdma, as asked. */
+		if (mca_rcache_mrnotify_component.serve_grdma_if_kernel && !kernel_usable())
+			return;
 		if (grdma->rcache_init == ours)
 			return;
 		stock_grdma_init = grdma->rcache_init;

@@ -87,7 +87,14 @@ typedef struct mca_rcache_mrnotify_component {
 	char *max_entries_text;
 	bool print_stats;
 	int verbose;
-	bool serve_grdma; /* take over Open MPI's grdma (grdma_takeover.c) */
+	char *serve_grdma_text;
+	/*
+	 * Take over Open MPI's grdma (grdma_takeover.c): always, or (kernel)
+	 * only in processes where /dev/mrnotify is usable, decided on each
+	 * node when the job starts.
+	 */
+	bool serve_grdma;
+	bool serve_grdma_if_kernel;
 
 	/* Their indices, to tell values set by the user from defaults. */
 	int var_monitor, var_max_pinned, var_max_entries, var_fork, var_print_stats;

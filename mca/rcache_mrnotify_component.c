@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #define MRN_COMPONENT_MAJOR   0
@@ -194,6 +195,19 @@ static void check_params(void)
 	    (!*t || strspn(t, "0123456789") != strlen(t) ||
 	     mrn_size_from_string(t, &c->max_entries) < 0 || c->max_entries > (uint64_t)INT64_MAX))
 		bad_value("max_entries", t, "a count >= 0 (0: no limit)");
+	/* Open MPI's words for a boolean, and ours. */
+	t = c->serve_grdma_text ? c->serve_grdma_text : "0";
+	c->serve_grdma = c->serve_grdma_if_kernel = false;
+	if (!MRN_IS_SHADOW) {
+		if (!strcasecmp(t, "kernel"))
+			c->serve_grdma = c->serve_grdma_if_kernel = true;
+		else if (!strcmp(t, "1") || !strcasecmp(t, "true") || !strcasecmp(t, "yes") ||
+			 !strcasecmp(t, "enabled"))
+			c->serve_grdma = true;
+		else if (strcmp(t, "0") && strcasecmp(t, "false") && strcasecmp(t, "no") &&
+			 strcasecmp(t, "disabled"))
+			bad_value("serve_grdma", t, "0, 1 or kernel");
+	}
 	if (c->verbose < 0 || c->verbose > 3) {
 		snprintf(value, sizeof(value), "%d", c->verbose);
 		c->verbose = 0;
@@ -259,7 +273,7 @@ static int mrn_component_register(void)
 		MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY,
 		&c->verbose);
 	if (!MRN_IS_SHADOW) {
-		c->serve_grdma = false;
+		c->serve_grdma_text = "0";
 		(void)mca_base_component_var_register(
 			v, "serve_grdma",
 			"Give the transports that ask for the cache \"grdma\" by name "
@@ -267,9 +281,11 @@ static int mrn_component_register(void)
 			"Open MPI's grdma hands the creation of each cache to this component. "
 			"For Open MPI builds whose grdma is built into libopen-pal (Open MPI "
 			"5's default, Debian 13), where the grdma-named build of mrnotify is "
-			"ignored",
-			MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_4,
-			MCA_BASE_VAR_SCOPE_READONLY, &c->serve_grdma);
+			"ignored. 0: no; 1: yes; kernel: yes in each process where "
+			"/dev/mrnotify is usable, else the stock grdma (decided on each node "
+			"when the job starts: what the mrnotify modulefiles set)",
+			MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_4,
+			MCA_BASE_VAR_SCOPE_READONLY, &c->serve_grdma_text);
 	}
 	check_params();
 	return OPAL_SUCCESS;

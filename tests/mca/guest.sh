@@ -1,8 +1,8 @@
 # The Open MPI component with the kernel monitor, inside the qemu guest with
 # mrnotify.ko loaded (tests/harness/run-in-guest.sh --module .../mrnotify.ko).
 #
-#   sh tests/mca/guest.sh [api|rxe|mpi|uct|uctapps|demo|probe|bench|patterns ...]
-#                                   (default: api rxe mpi uct uctapps)
+#   sh tests/mca/guest.sh [api|rxe|mpi|pernode|uct|uctapps|demo|probe|bench|patterns ...]
+#                                   (default: api rxe mpi pernode uct uctapps)
 #
 #   bench     (figures, make bench-guest) bench/rcache_bench hits: the hit
 #         path of grdma and the component, kernel monitor
@@ -27,6 +27,11 @@
 #         cache, registrations counted (tests/apps/libregcount.so): the
 #         latency/bandwidth sweep (ours must not register more often), hpcc
 #         and LAMMPS (the same results, ours registering)
+#   pernode  serve_grdma=kernel, what the modulefiles set on every node:
+#         a job on this node gets our cache (kernel monitor), the same job
+#         as on a node without the module (tests/ucx/without-device.sh)
+#         gets Open MPI's own grdma and runs; the control, serve_grdma=1
+#         there, still takes grdma over. Open MPI 5 (grdma built in) only
 #   demo  the same job, showing the statistics each rank prints at finalize
 #   probe (evidence, not a test) what Open MPI 4.1's transports that use an
 #         rcache do over rxe0: btl/openib, btl/ofi with verbs;ofi_rxm
@@ -141,6 +146,52 @@ run_mpi() {
 	n=$(grep -c 'monitor kernel, leave_pinned on (mpi_leave_pinned -1, pipeline 0), no memory hooks needed' "$OUT")
 	[ "$n" -eq "$NP" ] && pass "guest: no memory hooks needed ($n ranks)" ||
 		fail "guest: $n of $NP ranks without hooks"
+}
+
+# The decision to serve grdma made in each process, on its node: with
+# serve_grdma=kernel a job where /dev/mrnotify works gets our cache, a job
+# on a node without the module Open MPI's grdma (and Open MPI's memory
+# hooks, on by default, feed it). The same job both ways; the modulefiles
+# set this value on every node (config/modulefiles).
+WITHOUT_DEVICE="sh $MCA_SRCDIR/../harness/without-device.sh"
+pernode_job() { # SERVE [PREFIX...]: serve_grdma's value, what runs mpirun
+	serve=$1
+	shift
+	"$@" timeout "${MCA_TEST_TIMEOUT:-600}" mpirun --allow-run-as-root --oversubscribe -np "$NP" \
+		--mca pml ob1 --mca btl self,ofi --mca btl_ofi_mode 2 \
+		--mca btl_ofi_provider_include sockets --mca btl_ofi_provider_exclude '' \
+		--mca mca_base_component_path "SYS_DEFAULT:$COMPONENT_DIR" \
+		--mca rcache_mrnotify_serve_grdma "$serve" \
+		--mca rcache_mrnotify_print_stats 1 --mca rcache_mrnotify_verbose 1 \
+		"$MPI_TEST" --iters 2 --no-osc >"$OUT" 2>&1
+}
+run_pernode() {
+	if [ "$GRDMA_BUILTIN" = no ]; then
+		skip "pernode: serve_grdma=kernel" "Open MPI 4.1 loads grdma as a component: there the grdma-shadow build first in the component path serves in its place (docs/deploying.md)"
+		return
+	fi
+	oks() { grep -c '^mpi_rcache_test: rank [0-9]* ok' "$OUT"; }
+	pernode_job kernel env
+	show "$OUT"
+	check_job "pernode: serve_grdma=kernel with the device: our cache in every rank" &&
+		each_field monitor = kernel "pernode: ... kernel monitor"
+	pernode_job kernel $WITHOUT_DEVICE
+	rc=$?
+	show "$OUT"
+	if [ $rc -eq 0 ] && [ "$(oks)" -eq "$NP" ] && [ "$(stats | wc -l)" -eq 0 ] &&
+		[ "$(grep -c 'serve_grdma=kernel: /dev/mrnotify is not usable here' "$OUT")" -eq "$NP" ]; then
+		pass "pernode: serve_grdma=kernel without the device: Open MPI's grdma in every rank, the job runs"
+	else
+		fail "pernode: serve_grdma=kernel without the device: exit $rc, $(oks) of $NP ranks ok, $(stats | wc -l) of our statistics lines (expected none)"
+	fi
+	pernode_job 1 $WITHOUT_DEVICE
+	rc=$?
+	show "$OUT"
+	if [ $rc -eq 0 ] && [ "$(stats | wc -l)" -eq "$NP" ]; then
+		pass "pernode: control: serve_grdma=1 without the device still takes grdma over ($(stat_field monitor | tr '\n' ' ')monitor)"
+	else
+		fail "pernode: control: serve_grdma=1 without the device: exit $rc, $(stats | wc -l) of $NP statistics lines"
+	fi
 }
 
 run_demo() {
@@ -338,12 +389,13 @@ run_patterns() {
 	rm -f "$pat"
 }
 
-[ $# -eq 0 ] && set -- api rxe mpi uct uctapps
+[ $# -eq 0 ] && set -- api rxe mpi pernode uct uctapps
 for what in "$@"; do
 	case $what in
 	api) run_api ;;
 	rxe) run_rxe ;;
 	mpi) run_mpi ;;
+	pernode) run_pernode ;;
 	uct) run_uct ;;
 	uctapps) run_uctapps ;;
 	probe) run_probe ;;	# exits
