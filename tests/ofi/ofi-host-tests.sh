@@ -46,6 +46,14 @@ else
 	check "fi_info under the preload, no device: one warning, libfabric keeps its monitor" \
 		sh -c "[ \$(wc -l <'$tmp/pre.err') = \$(( \$(wc -l <'$tmp/plain.err') + 1 )) ] &&
 			grep -q 'libfabric keeps its own memory monitor' '$tmp/pre.err'"
+	# What the modulefiles set on every node: there a node without the
+	# module is expected, and only MRNOTIFY_VERBOSE=1 says so.
+	MRNOTIFY_OFI=try sh "$run" fi_info -p tcp >"$tmp/try" 2>"$tmp/try.err"
+	check "MRNOTIFY_OFI=try, no device: same output, nothing said" \
+		sh -c "cmp -s '$tmp/plain' '$tmp/try' && cmp -s '$tmp/plain.err' '$tmp/try.err'"
+	MRNOTIFY_OFI=try MRNOTIFY_VERBOSE=1 sh "$run" fi_info -p tcp >/dev/null 2>"$tmp/tryv.err"
+	check "MRNOTIFY_OFI=try, no device, MRNOTIFY_VERBOSE=1: the reason" \
+		grep -q 'is mrnotify.ko loaded?); libfabric keeps its own memory monitor' "$tmp/tryv.err"
 	MRNOTIFY_OFI=0 sh "$run" fi_info -p tcp >/dev/null 2>"$tmp/off.err"
 	check "MRNOTIFY_OFI=0: nothing imported, nothing said" \
 		sh -c "! grep -q libmrnotify '$tmp/off.err'"
