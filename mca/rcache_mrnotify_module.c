@@ -199,50 +199,6 @@ static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *add
 	return OPAL_SUCCESS;
 }
 
-/* --- registrations outside the cache ----------------------------------------- */
-
-/*
- * BYPASS (never looked up or kept), PERSIST (always registered anew, never
- * idle in the cache), INVALID (must not be handed out again) and device
- * memory (no host mapping the kernel could watch): a registration of their
- * own, deregistered when released. Host memory is registered in whole
- * pages, as grdma does; device memory exactly as asked (its allocation's
- * bounds are the accelerator framework's to know, not the page size's).
- */
-static int register_uncached(mca_rcache_mrnotify_module_t *m, void *addr, size_t size,
-			     uint32_t flags, int32_t access, mca_rcache_base_registration_t **out)
-{
-	mca_rcache_mrnotify_shared_t *s = m->shared;
-	const uintptr_t mask = flags & MRN_RCACHE_FLAGS_DEVICE_MEM
-				       ? 0
-				       : (uintptr_t)opal_getpagesize() - 1;
-	const uintptr_t base = (uintptr_t)addr & ~mask;
-	const uintptr_t end = ((uintptr_t)addr + size + mask) & ~mask;
-	mca_rcache_base_registration_t *reg;
-	void *mem;
-	int rc;
-
-	if (posix_memalign(&mem, 64, s->sizeof_reg))
-		return OPAL_ERR_OUT_OF_RESOURCE;
-	reg = mem;
-	reg_init(reg, s->sizeof_reg, &m->super, (void *)base, end - base,
-		 flags | MRN_REG_FLAG_UNCACHED, access);
-	while ((rc = s->register_mem(s->reg_data, (void *)base, end - base, reg)) ==
-	       OPAL_ERR_OUT_OF_RESOURCE) {
-		/* As grdma: give back one idle registration and try again. */
-		if (mrn_evict_one(s->cache) <= 0)
-			break;
-	}
-	if (rc != OPAL_SUCCESS) {
-		free(mem);
-		return rc;
-	}
-	__atomic_fetch_add(&s->uncached_live, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&s->uncached_total, 1, __ATOMIC_RELAXED);
-	*out = reg;
-	return OPAL_SUCCESS;
-}
-
 static void shared_release(mca_rcache_mrnotify_shared_t *s);
 
 /* --- the module ----------------------------------------------------------------- */
@@ -260,14 +216,32 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 	if (OPAL_UNLIKELY(size == 0))
 		size = 1; /* a registration covers at least its page */
 	sync_hooks(s);
-	/* The transport's register function sees the flags (reg->flags) and
+	/*
+	 * BYPASS (never looked up or kept), PERSIST (always registered anew,
+	 * never idle in the cache), INVALID (must not be handed out again) and
+	 * device memory (no host mapping the kernel could watch): a
+	 * registration of their own, which the library makes with the same
+	 * callback and evict-and-retry, and deregisters at the put. Host memory
+	 * in whole pages, as grdma does; device memory exactly as asked (its
+	 * allocation's bounds are the accelerator framework's to know). The
+	 * transport's register function sees the flags (reg->flags) and
 	 * registers device memory as such (Open MPI 5.0.9's btl/ofi and
-	 * mtl/ofi ask grdma for it: refusing would fail their GPU sends). */
-	if (flags & (MCA_RCACHE_FLAGS_CACHE_BYPASS | MCA_RCACHE_FLAGS_PERSIST |
-		     MCA_RCACHE_FLAGS_INVALID | MRN_RCACHE_FLAGS_DEVICE_MEM))
-		return register_uncached(m, addr, size, flags, access_flags, reg);
-
-	rc = mrn_get(s->cache, addr, size, (uint32_t)access_flags, &call, &e);
+	 * mtl/ofi ask grdma for it: refusing would fail their GPU sends).
+	 */
+	if (OPAL_UNLIKELY(flags & (MCA_RCACHE_FLAGS_CACHE_BYPASS | MCA_RCACHE_FLAGS_PERSIST |
+				   MCA_RCACHE_FLAGS_INVALID | MRN_RCACHE_FLAGS_DEVICE_MEM))) {
+		call.flags |= MRN_REG_FLAG_UNCACHED;
+		rc = mrn_get_flags(s->cache, addr, size, (uint32_t)access_flags,
+				   MRN_GET_UNCACHED |
+					   (flags & MRN_RCACHE_FLAGS_DEVICE_MEM ? MRN_GET_EXACT : 0),
+				   &call, &e);
+		if (rc == 0) {
+			__atomic_fetch_add(&s->uncached_live, 1, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&s->uncached_total, 1, __ATOMIC_RELAXED);
+		}
+	} else {
+		rc = mrn_get(s->cache, addr, size, (uint32_t)access_flags, &call, &e);
+	}
 	if (OPAL_UNLIKELY(rc < 0))
 		return errno_to_opal(rc);
 	*reg = mrn_entry_payload(e);
@@ -277,16 +251,13 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 static int mod_deregister(mca_rcache_base_module_t *rcache, mca_rcache_base_registration_t *reg)
 {
 	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
-	int rc;
 
-	if (OPAL_UNLIKELY(reg->flags & MRN_REG_FLAG_UNCACHED)) {
-		reg->ref_count = 0;
-		rc = s->deregister_mem(s->reg_data, reg);
+	if (OPAL_UNLIKELY(reg->flags & MRN_REG_FLAG_UNCACHED))
 		__atomic_fetch_sub(&s->uncached_live, 1, __ATOMIC_RELAXED);
-		free(reg);
-		return rc;
-	}
-	/* Idle (kept for reuse) or deregistered now: the library decides. */
+	/*
+	 * Idle (kept for reuse) or deregistered now: the library decides (an
+	 * uncached one always now).
+	 */
 	mrn_put(s->cache, mrn_entry_from_payload(reg));
 	return OPAL_SUCCESS;
 }

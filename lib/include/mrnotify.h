@@ -74,7 +74,7 @@ extern "C" {
  * change; the soname (libmrnotify.so.0) and the symbol node (MRNOTIFY_1)
  * change only as docs/libmrnotify.md ("Versions") says.
  */
-#define MRN_API_VERSION 5
+#define MRN_API_VERSION 6
 
 typedef struct mrn_cache mrn_cache_t;
 typedef struct mrn_entry mrn_entry_t;
@@ -166,6 +166,22 @@ void mrn_cache_destroy(mrn_cache_t *cache);
  */
 int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t access, void *arg,
 	    mrn_entry_t **entry);
+
+/*
+ * mrn_get() with flags (API 6). MRN_GET_UNCACHED: never looked up or kept,
+ * a registration of its own, made with the same register function (and
+ * the same retry after evicting an idle entry when it fails with -ENOMEM
+ * or -EAGAIN), deregistered at its mrn_put(); counted in mrn_stats.uncached.
+ * For registrations a cache must not keep (a caller's "bypass" or
+ * "persistent" ones). MRN_GET_EXACT, only with MRN_GET_UNCACHED: exactly
+ * [addr, addr + len), not whole pages, and no fork advice: for memory the
+ * kernel does not map, such as a device's. 0 is mrn_get(). Unknown flags:
+ * -EINVAL.
+ */
+#define MRN_GET_UNCACHED 0x1u
+#define MRN_GET_EXACT    0x2u
+int mrn_get_flags(mrn_cache_t *cache, void *addr, size_t len, uint32_t access, uint32_t flags,
+		  void *arg, mrn_entry_t **entry);
 
 /* Drops the reference mrn_get() took. */
 void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry);

@@ -422,6 +422,48 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 	}
 }
 
+// The steps of a miss without the index: registered (evicting idle
+// entries when the register function runs out of resources), committed as
+// uncached, deregistered at its put. Glue with registrations a cache must
+// not keep (Open MPI's BYPASS, PERSIST and device memory) needs no second
+// path of its own.
+int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, void *arg,
+			Entry **out)
+{
+	uintptr_t s, e;
+	if (exact) {
+		s = reinterpret_cast<uintptr_t>(addr);
+		if (len == 0 || s + len < s)
+			return -EINVAL;
+		e = s + len;
+	} else if (!page_range(addr, len, &s, &e)) {
+		return -EINVAL;
+	}
+	Writer w(*this);
+	for (;;) {
+		Entry *p = new_pending_entry(s, e, access);
+		if (!p)
+			return -ENOMEM;
+		p->flags |= Entry::kUncached;
+		// Device memory has no host mapping to advise.
+		if (!exact && advise_dontfork_)
+			advise_entry(p);
+		int rc = register_entry(w, p, arg);
+		if (rc < 0) {
+			st_.reg_failures++;
+			abandon_entry(w, p);
+			return rc;
+		}
+		// Never watched, so never raced: 0, or kForked (the entry was
+		// the parent's; this child registers its own).
+		rc = commit_entry(w, p);
+		if (rc == 0) {
+			*out = p;
+			return 0;
+		}
+	}
+}
+
 // Entries the request overlaps merge into one registration, as in
 // ucs_rcache: a window sliding over a buffer pins each page once, and a hit
 // finds one entry however many ranges overlapped before. An entry that
@@ -444,18 +486,27 @@ Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool
 	return p;
 }
 
-int Cache::prepare_entry(Writer &w, const MissPlan &plan, Entry **out)
+// An entry being registered: the caller's reference, not in the index.
+Entry *Cache::new_pending_entry(uintptr_t s, uintptr_t e, uint32_t access)
 {
 	Entry *p = pool_.allocate();
 	if (!p)
-		return -ENOMEM;
-	p->start = plan.start;
-	p->end = plan.end;
-	p->access = plan.access;
+		return nullptr;
+	p->start = s;
+	p->end = e;
+	p->access = access;
 	p->refs.store(1, std::memory_order_relaxed);
 	p->state.store(Entry::kPending, std::memory_order_relaxed);
 	p->epoch = epoch_;
 	unindexed_.insert(p);
+	return p;
+}
+
+int Cache::prepare_entry(Writer &w, const MissPlan &plan, Entry **out)
+{
+	Entry *p = new_pending_entry(plan.start, plan.end, plan.access);
+	if (!p)
+		return -ENOMEM;
 	st_.misses++;
 	if (plan.upgrade)
 		st_.upgrades++;

@@ -91,6 +91,10 @@ public:
 	}
 
 	int find(void *addr, size_t len, Entry **out);
+	// A registration of its own, never looked up or kept (MRN_GET_UNCACHED);
+	// exact: [addr, addr + len) as given, no fork advice (MRN_GET_EXACT).
+	int get_uncached(void *addr, size_t len, uint32_t access, bool exact, void *arg,
+			 Entry **out);
 	long invalidate(void *addr, size_t len);
 	bool evict_one();
 	long flush();
@@ -169,6 +173,7 @@ private:
 	// The steps of a miss (see get_slow).
 	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const;
 	int prepare_entry(Writer &w, const MissPlan &plan, Entry **out);
+	Entry *new_pending_entry(uintptr_t s, uintptr_t e, uint32_t access);
 	int register_entry(Writer &w, Entry *p, void *arg);
 	int commit_entry(Writer &w, Entry *p);
 	void abandon_entry(Writer &w, Entry *p);

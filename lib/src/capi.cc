@@ -114,6 +114,26 @@ extern "C" int mrn_get(mrn_cache_t *cache, void *addr, size_t len, uint32_t acce
 		-ENOMEM);
 }
 
+extern "C" int mrn_get_flags(mrn_cache_t *cache, void *addr, size_t len, uint32_t access,
+			     uint32_t flags, void *arg, mrn_entry_t **entry)
+{
+	if (!cache || !entry || (flags & ~(MRN_GET_UNCACHED | MRN_GET_EXACT)) ||
+	    ((flags & MRN_GET_EXACT) && !(flags & MRN_GET_UNCACHED)))
+		return -EINVAL;
+	if (!(flags & MRN_GET_UNCACHED))
+		return mrn_get(cache, addr, len, access, arg, entry);
+	return guarded(
+		[&] {
+			Entry *e = nullptr;
+			const int rc = impl(cache)->get_uncached(addr, len, access,
+								 flags & MRN_GET_EXACT, arg, &e);
+			if (rc == 0)
+				*entry = reinterpret_cast<mrn_entry_t *>(e);
+			return rc;
+		},
+		-ENOMEM);
+}
+
 extern "C" void mrn_put(mrn_cache_t *cache, mrn_entry_t *entry)
 {
 	if (!cache || !entry)

@@ -328,6 +328,131 @@ TEST(External, KeepsIdleEntriesUntilTheCallerInvalidates)
 	EXPECT_EQ(2, deregistered);
 }
 
+// mrn_get_flags(MRN_GET_UNCACHED): registrations a cache must not keep (Open
+// MPI's bypass, persistent and device-memory ones) through the library,
+// which the component used to re-implement.
+struct UncachedBooks {
+	int registered = 0, deregistered = 0;
+	int fail_next = 0; // register fails with -ENOMEM this many times
+	std::vector<std::pair<uintptr_t, size_t>> ranges;
+};
+
+class Uncached : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		mrn_config cfg;
+		ASSERT_EQ(0, mrn_config_init(&cfg));
+		cfg.monitor = MRN_MONITOR_EXTERNAL; // keeps idle entries, no kernel needed
+		cfg.fork_policy = MRN_FORK_NONE;
+		cfg.context = &books;
+		cfg.reg = [](void *ctx, void *, void *addr, size_t len, uint32_t, void *) {
+			auto *b = static_cast<UncachedBooks *>(ctx);
+			if (b->fail_next > 0) {
+				b->fail_next--;
+				return -ENOMEM;
+			}
+			b->registered++;
+			b->ranges.emplace_back(reinterpret_cast<uintptr_t>(addr), len);
+			return 0;
+		};
+		cfg.dereg = [](void *ctx, void *) {
+			static_cast<UncachedBooks *>(ctx)->deregistered++;
+			return 0;
+		};
+		ASSERT_EQ(0, mrn_cache_create(&cfg, &cache));
+		buf.resize(8 * kPage);
+		base = buf.data() + (kPage - reinterpret_cast<uintptr_t>(buf.data()) % kPage) % kPage;
+	}
+	void TearDown() override
+	{
+		mrn_cache_destroy(cache);
+		EXPECT_EQ(books.registered, books.deregistered);
+	}
+	uint64_t uncached_count()
+	{
+		mrn_stats st;
+		EXPECT_EQ(0, mrn_cache_stats(cache, &st, sizeof(st)));
+		return st.uncached;
+	}
+	UncachedBooks books;
+	mrn_cache_t *cache = nullptr;
+	std::vector<char> buf;
+	char *base = nullptr;
+};
+
+TEST_F(Uncached, NeverLookedUpNorKeptAndDeregisteredAtItsPut)
+{
+	mrn_entry_t *cached = nullptr, *a = nullptr, *b = nullptr, *found = nullptr;
+	ASSERT_EQ(0, mrn_get(cache, base, kPage, 1, nullptr, &cached));
+	ASSERT_EQ(0, mrn_get_flags(cache, base, kPage, 1, MRN_GET_UNCACHED, nullptr, &a));
+	ASSERT_EQ(0, mrn_get_flags(cache, base, kPage, 1, MRN_GET_UNCACHED, nullptr, &b));
+	EXPECT_NE(cached, a) << "an uncached get hit the cached entry";
+	EXPECT_NE(a, b) << "an uncached entry was looked up";
+	EXPECT_EQ(3, books.registered);
+	EXPECT_EQ(2u, uncached_count());
+	mrn_put(cache, a);
+	EXPECT_EQ(1, books.deregistered) << "deregistered at its put";
+	ASSERT_EQ(0, mrn_find(cache, base, kPage, &found));
+	EXPECT_EQ(cached, found) << "only the cached entry is found";
+	mrn_put(cache, found);
+	mrn_put(cache, b);
+	mrn_put(cache, cached);
+	EXPECT_EQ(2, books.deregistered) << "the cached entry stays, idle";
+}
+
+TEST_F(Uncached, WholePagesUnlessExact)
+{
+	mrn_entry_t *pages = nullptr, *exact = nullptr;
+	char *addr = base + 100;
+	ASSERT_EQ(0, mrn_get_flags(cache, addr, 10, 1, MRN_GET_UNCACHED, nullptr, &pages));
+	EXPECT_EQ(base, mrn_entry_addr(pages));
+	EXPECT_EQ(kPage, mrn_entry_length(pages));
+	ASSERT_EQ(0, mrn_get_flags(cache, addr, 10, 1, MRN_GET_UNCACHED | MRN_GET_EXACT, nullptr,
+				   &exact));
+	EXPECT_EQ(addr, mrn_entry_addr(exact));
+	EXPECT_EQ(10u, mrn_entry_length(exact));
+	ASSERT_EQ(2u, books.ranges.size());
+	EXPECT_EQ(reinterpret_cast<uintptr_t>(addr), books.ranges[1].first) << "registered as given";
+	EXPECT_EQ(10u, books.ranges[1].second);
+	mrn_put(cache, pages);
+	mrn_put(cache, exact);
+}
+
+// As grdma and the component's own path did: out of resources, an idle
+// registration is given back and the registration tried again.
+TEST_F(Uncached, EvictsAnIdleEntryAndRetriesWhenRegisteringFails)
+{
+	mrn_entry_t *idle = nullptr, *u = nullptr;
+	ASSERT_EQ(0, mrn_get(cache, base + 4 * kPage, kPage, 1, nullptr, &idle));
+	mrn_put(cache, idle);
+	books.fail_next = 1;
+	ASSERT_EQ(0, mrn_get_flags(cache, base, kPage, 1, MRN_GET_UNCACHED, nullptr, &u));
+	EXPECT_EQ(1, books.deregistered) << "the idle entry was given back";
+	mrn_put(cache, u);
+	books.fail_next = 1; // nothing idle now: the error comes back
+	EXPECT_EQ(-ENOMEM, mrn_get_flags(cache, base, kPage, 1, MRN_GET_UNCACHED, nullptr, &u));
+}
+
+TEST_F(Uncached, BadFlagsAreErrors)
+{
+	mrn_entry_t *e = nullptr;
+	EXPECT_EQ(-EINVAL, mrn_get_flags(cache, base, kPage, 1, MRN_GET_EXACT, nullptr, &e))
+		<< "EXACT alone";
+	EXPECT_EQ(-EINVAL, mrn_get_flags(cache, base, kPage, 1, 0x80, nullptr, &e));
+	EXPECT_EQ(-EINVAL, mrn_get_flags(cache, base, 0, 1, MRN_GET_UNCACHED, nullptr, &e));
+	EXPECT_EQ(-EINVAL,
+		  mrn_get_flags(cache, base, 0, 1, MRN_GET_UNCACHED | MRN_GET_EXACT, nullptr, &e));
+	EXPECT_EQ(-EINVAL, mrn_get_flags(nullptr, base, kPage, 1, MRN_GET_UNCACHED, nullptr, &e));
+	EXPECT_EQ(0, books.registered);
+	ASSERT_EQ(0, mrn_get_flags(cache, base, kPage, 1, 0, nullptr, &e)) << "0 is mrn_get";
+	mrn_entry_t *again = nullptr;
+	ASSERT_EQ(0, mrn_get(cache, base, kPage, 1, nullptr, &again));
+	EXPECT_EQ(e, again);
+	mrn_put(cache, e);
+	mrn_put(cache, again);
+}
+
 // A caller built against the header before the uffd fields passes the
 // smaller struct: it gets those fields and nothing is written past them.
 TEST(Stats, CallersBuiltWithFewerFieldsGetThose)
