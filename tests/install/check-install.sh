@@ -157,7 +157,7 @@ check "DKMS built and installed mrnotify $v1 for the root's kernel $rel" \
 	sh -c "chroot '$r' dkms status mrnotify | grep -q '$v1.*$rel.*installed'"
 check "the module is in /lib/modules/$rel/updates/dkms" \
 	sh -c "ls '$r/lib/modules/$rel/updates/dkms/' | grep -q '^mrnotify\.ko'"
-cp "$here"/*.sh "$srcdir/tests/harness/tap.sh" "$here/mrn_holder.cc" "$r/opt/mrn-test/" && cp -a "$envm" "$r/opt/mrn-test/environment-modules"
+cp "$here"/*.sh "$srcdir/tests/harness/tap.sh" "$srcdir/tests/harness/without-device.sh" "$here/mrn_holder.cc" "$r/opt/mrn-test/" && cp -a "$envm" "$r/opt/mrn-test/environment-modules"
 check "libmrnotify-dev: a program builds against the installed header and library" \
 	in_root g++ -std=c++17 -Wall -Wextra -Werror -O2 -o /opt/mrn-test/mrn_holder \
 	/opt/mrn-test/mrn_holder.cc -lmrnotify

@@ -109,5 +109,48 @@ check "mpirun over pml/ucx after module load exits 0 (got $rc)" [ $rc -eq 0 ]
 n=$(grep -c 'libmrnotify-ucx: pid [0-9]*: active' "$tmp/ucx")
 check "each rank's UCX plugin reports itself active ($n of $NP)" [ "$n" -ge $NP ]
 [ $rc -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$tmp/ucx"
+
+# Each node decides for itself (docs/deploying.md, "Login and compute
+# nodes"). This guest plays both kinds of node: itself, and itself with
+# /dev/mrnotify hidden (without-device.sh: a node without the module).
+# Beside these scripts in the install root, in tests/harness in the tree.
+hide_device=$( [ -r "$here/without-device.sh" ] && echo "$here" || echo "$here/../harness")/without-device.sh
+without_device() { bash "$hide_device" "$@"; }
+# ranks_say OUT STATUS PATTERN DESC: the job exited 0 and each rank printed
+# a line matching PATTERN (its plugin's statistics).
+ranks_say() {
+	grep 'libmrnotify-ucx' "$1" | sed 's/^/    /'
+	n=$(grep -c "$3" "$1")
+	check "$4: exits 0 (got $2), $n of $NP ranks" test "$2" -eq 0 -a "$n" -ge $NP
+	[ "$2" -eq 0 ] && [ "$n" -ge $NP ] || tail -n 30 "$1"
+}
+UCX_JOB="timeout 600 mpirun $root_opt --oversubscribe -np $NP --mca pml ucx --mca osc ^rdma \
+	--mca pml_ucx_tls any --mca pml_ucx_devices any \
+	-x UCX_TLS=posix,cma,self -x UCX_MRNOTIFY_STATS=y $mpi_test --iters 1 --no-osc"
+# The module loaded where the device is missing (a login node without it),
+# its environment kept, the job run here, where the device is.
+without_device env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb bash --norc --noprofile -c "
+. /usr/share/lmod/lmod/init/bash
+module use /usr/share/modulefiles
+module load mrnotify
+export -p" >"$tmp/env_nodev" 2>"$tmp/env_nodev.err"
+sed 's/^/    load: /' "$tmp/env_nodev.err"
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb bash --norc --noprofile -c "
+. '$tmp/env_nodev'
+$UCX_JOB" >"$tmp/ucx_a" 2>&1
+ranks_say "$tmp/ucx_a" $? 'libmrnotify-ucx: pid [0-9]*: active,' \
+	"loaded without the device, job where it is: each rank's plugin active"
+# The reverse: loaded here, the job on a node without the module.
+job "bash '$hide_device' $UCX_JOB" >"$tmp/ucx_b" 2>&1
+ranks_say "$tmp/ucx_b" $? 'libmrnotify-ucx: pid [0-9]*: inactive,.*; /dev/mrnotify is missing' \
+	"loaded with the device, job where it is missing: each rank's plugin inactive, so UCX keeps its hooks"
+job "bash '$hide_device' timeout 600 mpirun $root_opt --oversubscribe -np $NP --mca pml ob1 --mca btl self,ofi \
+	--mca btl_ofi_mode 2 --mca btl_ofi_provider_include sockets --mca osc ^rdma \
+	$mpi_test --iters 1 --no-osc" >"$tmp/ofi_b" 2>&1
+rc=$?
+said=$(grep -c 'libmrnotify.*ofi' "$tmp/ofi_b")
+check "loaded with the device, btl/ofi job where it is missing: exits 0 (got $rc), nothing said (MRNOTIFY_OFI=try: $said lines)" \
+	test $rc -eq 0 -a "$said" -eq 0
+[ $rc -eq 0 ] && [ "$said" -eq 0 ] || tail -n 30 "$tmp/ofi_b"
 rm -rf "$tmp"
 finish

@@ -36,22 +36,29 @@ check "the udev rule is installed" test -e /usr/lib/udev/rules.d/60-mrnotify.rul
 note "modulefiles without the device (Lmod and environment-modules)"
 relay bash "$here/modulefile-checks.sh" without
 # The negative control: the same checks on the README's old snippet must
-# fail (it sets UCX's hooks off and preloads the plugin on every node).
+# fail (it turns UCX's hooks off in the environment of every node, which
+# leaves UCX without caches wherever the plugin cannot be used).
 bash "$here/modulefile-checks.sh" control >"$tmp/control.out" 2>&1
 rc=$?
 sed 's/^/    control: /' "$tmp/control.out"
 check "control: the old unconditional snippet fails the same checks" [ $rc -ne 0 ]
-check "control: ... because it sets variables without the device" \
-	grep -q '^not ok [0-9]* - tcl .*without the device, nothing set' "$tmp/control.out"
+check "control: ... because it turns UCM's hooks off in the environment" \
+	grep -q "^not ok [0-9]* - tcl .*UCM's hooks not turned off in the environment" "$tmp/control.out"
 
-# A job on a node without the device, after module load: stock caches.
+# A node without the device, after module load. Open MPI 4.1 loads grdma as
+# a component, and the grdma-shadow build first in the component path
+# serves in its place on every node (docs/deploying.md, "Login and compute
+# nodes"): here with its fallback monitor, never the kernel's.
 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash --norc -c '
 . /usr/share/lmod/lmod/init/bash
 module use /usr/share/modulefiles
 module load mrnotify 2>/dev/null
-ompi_info' >"$tmp/ompi_info" 2>&1
-check "without the device, ompi_info's grdma is Open MPI's own" \
-	sh -c "grep 'MCA rcache: grdma' '$tmp/ompi_info' | grep -vq 'Component v$(mrnotify-check --version | cut -d" " -f2)'"
+ompi_info; mrnotify-check' >"$tmp/ompi_info" 2>&1
+check "without the device, after module load: ompi_info's grdma is mrnotify's (Open MPI 4.1, grdma-shadow)" \
+	sh -c "grep 'MCA rcache: grdma' '$tmp/ompi_info' | grep -q 'Component v$(mrnotify-check --version | cut -d" " -f2)'"
+grep '^  picked: ' "$tmp/ompi_info" | sed 's/^/    /'
+check "... and a cache here picks a monitor other than the kernel's" \
+	sh -c "grep '^  picked: ' '$tmp/ompi_info' | grep -vq 'picked: kernel'"
 # The configuration examples: applied as their headers say, then undone
 # (this root is a throw-away overlay).
 ex=/usr/share/doc/mrnotify-tools/examples
@@ -69,11 +76,13 @@ check "openmpi-mca-params.conf example undone: Open MPI's own grdma again" \
 	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -vq '$ours'"
 mkdir -p /etc/ucx
 cp "$ex/ucx.conf" /etc/ucx/ucx.conf
-ucx_info -c >"$tmp/ucx_c" 2>&1
-check "ucx.conf example: UCX reads it (UCX_MEM_MMAP_HOOK_MODE=none), no warning" \
-	sh -c "grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none' '$tmp/ucx_c' && ! grep -q 'UCX  *WARN' '$tmp/ucx_c'"
+ucx_plugin=$(ls /usr/lib/*/mrnotify/libmrnotify-ucx.so | head -n 1)
+LD_PRELOAD=$ucx_plugin ucx_info -c >"$tmp/ucx_c" 2>&1
+check "ucx.conf example: UCX reads it (UCX_MRNOTIFY_STATS=y), no warning, UCM's hooks left to the plugin" \
+	sh -c "grep -qx 'UCX_MRNOTIFY_STATS=y' '$tmp/ucx_c' && ! grep -q 'UCX  *WARN' '$tmp/ucx_c' &&
+		! grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none' '$tmp/ucx_c'"
 rm /etc/ucx/ucx.conf
-check "ucx.conf example undone: UCX's default hooks again" \
-	sh -c "! ucx_info -c 2>&1 | grep -qx 'UCX_MEM_MMAP_HOOK_MODE=none'"
+check "ucx.conf example undone: the plugin's defaults again" \
+	sh -c "LD_PRELOAD=$ucx_plugin ucx_info -c 2>&1 | grep -qx 'UCX_MRNOTIFY_STATS=n'"
 rm -rf "$tmp"
 finish
