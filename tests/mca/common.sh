@@ -51,12 +51,15 @@ else
 fi
 
 # mpirun over ob1 + btl/ofi (libfabric's sockets provider: no RDMA device
-# needed), with our cache in place of grdma (GRDMA_MCA).
+# needed), with our cache in place of grdma (GRDMA_MCA). MPIRUN_PREFIX: a
+# command that runs mpirun (guest.sh pernode: as on a node without the
+# module).
 NP=2
+MPIRUN_PREFIX=
 mpirun_ofi() {
 	root=
 	[ "$(id -u)" -eq 0 ] && root=--allow-run-as-root
-	timeout "${MCA_TEST_TIMEOUT:-600}" mpirun $root --oversubscribe -np "$NP" \
+	$MPIRUN_PREFIX timeout "${MCA_TEST_TIMEOUT:-600}" mpirun $root --oversubscribe -np "$NP" \
 		--mca pml ob1 --mca btl self,ofi --mca btl_ofi_mode 2 \
 		--mca btl_ofi_provider_include sockets --mca btl_ofi_provider_exclude '' \
 		--mca osc rdma \

@@ -29,7 +29,7 @@
 #         and LAMMPS (the same results, ours registering)
 #   pernode  serve_grdma=kernel, what the modulefiles set on every node:
 #         a job on this node gets our cache (kernel monitor), the same job
-#         as on a node without the module (tests/ucx/without-device.sh)
+#         as on a node without the module (tests/harness/without-device.sh)
 #         gets Open MPI's own grdma and runs; the control, serve_grdma=1
 #         there, still takes grdma over. Open MPI 5 (grdma built in) only
 #   demo  the same job, showing the statistics each rank prints at finalize
@@ -155,15 +155,14 @@ run_mpi() {
 # set this value on every node (config/modulefiles).
 WITHOUT_DEVICE="sh $MCA_SRCDIR/../harness/without-device.sh"
 pernode_job() { # SERVE [PREFIX...]: serve_grdma's value, what runs mpirun
-	serve=$1
+	saved_mca=$GRDMA_MCA
+	GRDMA_MCA="--mca mca_base_component_path SYS_DEFAULT:$COMPONENT_DIR --mca rcache_mrnotify_serve_grdma $1"
 	shift
-	"$@" timeout "${MCA_TEST_TIMEOUT:-600}" mpirun --allow-run-as-root --oversubscribe -np "$NP" \
-		--mca pml ob1 --mca btl self,ofi --mca btl_ofi_mode 2 \
-		--mca btl_ofi_provider_include sockets --mca btl_ofi_provider_exclude '' \
-		--mca mca_base_component_path "SYS_DEFAULT:$COMPONENT_DIR" \
-		--mca rcache_mrnotify_serve_grdma "$serve" \
-		--mca rcache_mrnotify_print_stats 1 --mca rcache_mrnotify_verbose 1 \
-		"$MPI_TEST" --iters 2 --no-osc >"$OUT" 2>&1
+	MPIRUN_PREFIX="$*"
+	mpirun_ofi --mca rcache_mrnotify_verbose 1 "$MPI_TEST" --iters 2 --no-osc >"$OUT" 2>&1
+	job_rc=$?
+	GRDMA_MCA=$saved_mca MPIRUN_PREFIX=
+	return $job_rc
 }
 run_pernode() {
 	if [ "$GRDMA_BUILTIN" = no ]; then
@@ -171,7 +170,7 @@ run_pernode() {
 		return
 	fi
 	oks() { grep -c '^mpi_rcache_test: rank [0-9]* ok' "$OUT"; }
-	pernode_job kernel env
+	pernode_job kernel
 	show "$OUT"
 	check_job "pernode: serve_grdma=kernel with the device: our cache in every rank" &&
 		each_field monitor = kernel "pernode: ... kernel monitor"
