@@ -66,13 +66,30 @@ public:
 	~Writer() { cache_.destroy_doomed(*this); }
 	Writer(const Writer &) = delete;
 	Writer &operator=(const Writer &) = delete;
+	// Only the functions cache.h marks as dropping the writer mutex use it.
 	std::unique_lock<std::mutex> &lock() { return lock_; }
+	CacheLock &cache_lock() { return cache_.lock_; }
 
 	EntryStack doomed;
 
 private:
 	Cache &cache_;
 	std::unique_lock<std::mutex> lock_;
+};
+
+// Readers kept out, inside a writer section: what the functions that take
+// entries out of the index or free them ask for, so that calling one
+// without it does not compile. Only a writer can make one.
+class Cache::Excluded {
+public:
+	explicit Excluded(Writer &w) : writer_(w), guard_(w.cache_lock()) {}
+	Excluded(const Excluded &) = delete;
+	Excluded &operator=(const Excluded &) = delete;
+	Writer &writer() { return writer_; }
+
+private:
+	Writer &writer_;
+	ExclusiveGuard guard_;
 };
 
 // What one drain (or one caller's invalidation) found: indexed entries to
@@ -208,15 +225,20 @@ Cache::~Cache()
 		print_stats(w);
 	size_t busy = 0;
 	{
-		ExclusiveGuard ex(lock_);
-		index_.for_each([&](Entry *x) {
+		// Taken out one by one (erasing allocates nothing), so that the
+		// index stays true for what ~Writer does next: undoing fork
+		// advice looks for the entries still covering a page.
+		Excluded ex(w);
+		EntryStack all;
+		index_.for_each([&](Entry *x) { all.push(x); });
+		while (Entry *x = all.pop()) {
 			if (x->refs.load(std::memory_order_relaxed) > Entry::kIndexRef)
 				busy++;
+			index_.erase(x);
 			x->state.store(Entry::kDetached, std::memory_order_relaxed);
 			x->refs.store(0, std::memory_order_relaxed);
 			w.doomed.push(x);
-		});
-		index_.forget();
+		}
 	}
 	unindexed_.for_each([&](Entry *x) {
 		if (x->state.load(std::memory_order_relaxed) != Entry::kDetached)
@@ -305,15 +327,15 @@ int Cache::sync(Writer &w)
 	}
 	// Publish the new generation together with the removals: a hit that
 	// sees it also sees the victims gone.
-	ExclusiveGuard ex(lock_);
-	detach_excluded(w, sink.victims());
+	Excluded ex(w);
+	detach(ex, sink.victims());
 	seen_gen_.store(gen, std::memory_order_relaxed);
 	return rc;
 }
 
-// Takes the victims out of the index (readers must be excluded); those
-// nobody uses are doomed, the others wait for their last put.
-void Cache::detach_excluded(Writer &w, EntryStack &victims)
+// Takes the victims out of the index; those nobody uses are doomed, the
+// others wait for their last put.
+void Cache::detach(Excluded &ex, EntryStack &victims)
 {
 	while (Entry *x = victims.pop()) {
 		if (x->state.load(std::memory_order_relaxed) != Entry::kIndexed)
@@ -322,20 +344,20 @@ void Cache::detach_excluded(Writer &w, EntryStack &victims)
 		x->state.store(Entry::kDetached, std::memory_order_relaxed);
 		if (x->refs.fetch_sub(Entry::kIndexRef, std::memory_order_acq_rel) ==
 		    Entry::kIndexRef)
-			w.doomed.push(x);
+			ex.writer().doomed.push(x);
 		else
 			unindexed_.insert(x);
 	}
 }
 
-// Drops an idle entry (readers must be excluded, and x idle).
-void Cache::drop_idle_excluded(Writer &w, Entry *x)
+// Drops an idle entry.
+void Cache::drop_idle(Excluded &ex, Entry *x)
 {
 	MRN_ASSERT(x->is_idle());
 	index_.erase(x);
 	x->state.store(Entry::kDetached, std::memory_order_relaxed);
 	x->refs.store(0, std::memory_order_relaxed);
-	w.doomed.push(x);
+	ex.writer().doomed.push(x);
 }
 
 long Cache::invalidate(void *addr, size_t len)
@@ -349,8 +371,8 @@ long Cache::invalidate(void *addr, size_t len)
 	sink.invalidate_range(s, e);
 	st_.invalidations += uint64_t(sink.count());
 	if (!sink.victims().empty()) {
-		ExclusiveGuard ex(lock_);
-		detach_excluded(w, sink.victims());
+		Excluded ex(w);
+		detach(ex, sink.victims());
 	}
 	return sink.count();
 }
@@ -386,7 +408,7 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 		};
 		if (Entry *x = index_.find_covering(s, e, has_access)) {
 			x->refs.fetch_add(1, std::memory_order_relaxed);
-			st_.hits_locked++;
+			st_.hits++;
 			*out = x;
 			return 0;
 		}
@@ -397,7 +419,7 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 			return rc;
 		rc = register_entry(w, p, arg);
 		if (rc < 0) {
-			st_.reg_failures++;
+			st_.register_failures++;
 			abandon_entry(w, p);
 			if (plan.merged) {
 				// The union may cover memory that is gone (unmapped,
@@ -450,7 +472,7 @@ int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, voi
 			advise_entry(p);
 		int rc = register_entry(w, p, arg);
 		if (rc < 0) {
-			st_.reg_failures++;
+			st_.register_failures++;
 			abandon_entry(w, p);
 			return rc;
 		}
@@ -509,7 +531,7 @@ int Cache::prepare_entry(Writer &w, const MissPlan &plan, Entry **out)
 		return -ENOMEM;
 	st_.misses++;
 	if (plan.upgrade)
-		st_.upgrades++;
+		st_.access_upgrades++;
 	else if (plan.merged)
 		st_.merges++;
 	// Advise before watching: changing the VMA's flags can split a huge
@@ -555,7 +577,7 @@ void Cache::advise_entry(Entry *p)
 	if (advised_ >= max_advised_) {
 		// Out of budget (see advised_entry_budget): uncached, so the
 		// advice, the pin and the mapping split last only while in use.
-		if (st_.advise_failures++ == 0)
+		if (st_.fork_advice_failures++ == 0)
 			log(0,
 			    "cache %s: %" PRIu64 " registrations carry MADV_DONTFORK, the most "
 			    "vm.max_map_count allows; further ones are not cached",
@@ -564,7 +586,7 @@ void Cache::advise_entry(Entry *p)
 		return;
 	}
 	if (madvise(reinterpret_cast<void *>(p->start), p->length(), MADV_DONTFORK) < 0) {
-		if (st_.advise_failures++ == 0)
+		if (st_.fork_advice_failures++ == 0)
 			log(0,
 			    "cache %s: madvise(DONTFORK) of [%#" PRIxPTR ", %#" PRIxPTR
 			    ") failed: %s; "
@@ -675,8 +697,8 @@ int Cache::commit_entry(Writer &w, Entry *p)
 			old.push(y);
 	});
 	if (!old.empty()) {
-		ExclusiveGuard ex(lock_);
-		detach_excluded(w, old);
+		Excluded ex(w);
+		detach(ex, old);
 	}
 	return 0;
 }
@@ -702,7 +724,7 @@ void Cache::insert(Writer &w, Entry *p)
 	p->last_use.store(lru_stamp(), std::memory_order_relaxed);
 	advance_lru_tick(w);
 	if (index_.insert_needs_growth()) {
-		ExclusiveGuard ex(lock_);
+		Excluded ex(w);
 		index_.grow();
 		evict_hand_ = 0;
 	}
@@ -750,13 +772,13 @@ size_t Cache::evict(Writer &w, uint64_t bytes_needed, uint64_t entries_needed)
 		return 0;
 	size_t evicted = 0;
 	{
-		ExclusiveGuard ex(lock_);
+		Excluded ex(w);
 		while (Entry *x = victims.pop()) {
 			x->flags &= uint8_t(~Entry::kSelected);
 			// Recheck with readers out: a hit may have taken it.
 			if (!x->is_idle())
 				continue;
-			drop_idle_excluded(w, x);
+			drop_idle(ex, x);
 			evicted++;
 		}
 	}
@@ -783,11 +805,11 @@ long Cache::flush()
 	});
 	long n = 0;
 	{
-		ExclusiveGuard ex(lock_);
+		Excluded ex(w);
 		while (Entry *x = idle.pop()) {
 			if (!x->is_idle())
 				continue;
-			drop_idle_excluded(w, x);
+			drop_idle(ex, x);
 			n++;
 		}
 	}
@@ -820,9 +842,9 @@ void Cache::put_slow(Entry *x, bool released)
 	} else if (prev == Entry::kIndexRef + 1 &&
 		   x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
 		// Idle, and idle entries are not kept.
-		ExclusiveGuard ex(lock_);
+		Excluded ex(w);
 		if (x->is_idle())
-			drop_idle_excluded(w, x);
+			drop_idle(ex, x);
 	}
 }
 
@@ -896,18 +918,11 @@ void Cache::stats(mrn_stats *o)
 
 void Cache::stats(Writer &, mrn_stats *o)
 {
-	*o = mrn_stats{};
-	uint64_t hits = st_.hits_locked;
+	// st_ holds the writers' counts (hits: those made under the writer
+	// mutex); the rest is counted here.
+	*o = st_;
 	for (const auto &h : hits_)
-		hits += h.n.load(std::memory_order_relaxed);
-	o->hits = hits;
-	o->misses = st_.misses;
-	o->access_upgrades = st_.upgrades;
-	o->evictions = st_.evictions;
-	o->invalidations = st_.invalidations;
-	o->drains = st_.drains;
-	o->retries = st_.retries;
-	o->register_failures = st_.reg_failures;
+		o->hits += h.n.load(std::memory_order_relaxed);
 	o->pinned_bytes = pinned_bytes_;
 	o->entries = index_.size();
 	index_.for_each([&](Entry *x) {
@@ -918,10 +933,6 @@ void Cache::stats(Writer &, mrn_stats *o)
 		if (x->state.load(std::memory_order_relaxed) == Entry::kDetached)
 			o->in_use_detached++;
 	});
-	o->uncached = st_.uncached;
-	o->merges = st_.merges;
-	o->drain_failures = st_.drain_failures;
-	o->fork_advice_failures = st_.advise_failures;
 	monitor_->add_stats(o);
 }
 

@@ -118,7 +118,10 @@ public:
 	Cache(Key, const mrn_config &config, MonitorFactory open);
 
 private:
+	// A writer section (the writer mutex), and within one, readers kept
+	// out (cache.cc).
 	class Writer;
+	class Excluded;
 	class DrainSink;
 	struct MissPlan;
 
@@ -172,9 +175,7 @@ private:
 
 	// The steps of a miss (see get_slow).
 	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const;
-	int prepare_entry(Writer &w, const MissPlan &plan, Entry **out);
 	Entry *new_pending_entry(uintptr_t s, uintptr_t e, uint32_t access);
-	int register_entry(Writer &w, Entry *p, void *arg);
 	int commit_entry(Writer &w, Entry *p);
 	void abandon_entry(Writer &w, Entry *p);
 
@@ -182,17 +183,26 @@ private:
 	int open_monitor(Writer &w);
 	void check_fork(Writer &w);
 	int sync(Writer &w);
-	int watch_entry(Writer &w, Entry *p);
 	void advise_entry(Entry *p);
 	void make_uncached(Writer &w, Entry *p);
-	void detach_excluded(Writer &w, EntryStack &victims);
-	void drop_idle_excluded(Writer &w, Entry *x);
+	// Taking entries out of the index: only with readers out.
+	void detach(Excluded &ex, EntryStack &victims);
+	void drop_idle(Excluded &ex, Entry *x);
 	size_t evict(Writer &w, uint64_t bytes_needed, uint64_t entries_needed);
 	Entry *pick_victim();
 	bool over_limits(size_t len) const;
 	void insert(Writer &w, Entry *p);
 	void undo_fork_advice(Writer &w, const Entry *x);
+
+	// These drop the writer mutex for a while, around the register and
+	// deregister callbacks (slow, and free to call back into the cache):
+	// when they return, an entry the caller holds no reference to may be
+	// gone, the index may have changed and the monitor may have moved on.
+	int prepare_entry(Writer &w, const MissPlan &plan, Entry **out); // evicts
+	int register_entry(Writer &w, Entry *p, void *arg);
+	int watch_entry(Writer &w, Entry *p); // evicts when the kernel is full
 	void destroy_doomed(Writer &w);
+
 	void print_stats(Writer &w);
 	void stats(Writer &w, mrn_stats *out);
 
@@ -240,11 +250,10 @@ private:
 	uint8_t epoch_ = 0;
 	bool forked_ = false;
 	uint64_t pinned_bytes_ = 0;
-	struct {
-		uint64_t misses = 0, upgrades = 0, evictions = 0, invalidations = 0;
-		uint64_t drains = 0, retries = 0, reg_failures = 0, hits_locked = 0;
-		uint64_t uncached = 0, merges = 0, drain_failures = 0, advise_failures = 0;
-	} st_;
+	// The writers' counts, in the public form: hits made under the writer
+	// mutex, misses, evictions...; stats() adds the hits counted per thread
+	// and what it counts afresh (entries, pinned bytes, the monitor's).
+	mrn_stats st_{};
 };
 
 // Registry of live caches for pthread_atfork.

@@ -30,17 +30,6 @@ void RangeIndex::clear()
 	level_mask_.store(0, std::memory_order_relaxed);
 }
 
-void RangeIndex::forget()
-{
-	table_ = BigArray();
-	slots_ = nullptr;
-	capacity_ = 0;
-	mask_ = 0;
-	used_ = 0;
-	entries_ = 0;
-	level_mask_.store(0, std::memory_order_relaxed);
-}
-
 void RangeIndex::insert(Entry *e)
 {
 	const unsigned level = level_of(e->length());

@@ -62,10 +62,6 @@ public:
 	template <typename Fn>
 	void sweep(size_t *hand, size_t max_slots, Fn fn) const;
 
-	// Drops the table without allocating a new one (teardown); the index
-	// must not be used afterwards.
-	void forget();
-
 	// Slots a lookup of [s, e) reads (find_covering with nothing
 	// acceptable): what a miss costs, for tests of the table's clustering.
 	size_t slots_read_by_miss(uintptr_t s, uintptr_t e) const;
