@@ -88,6 +88,13 @@ struct Ucs {
 	UcsRcache rc;
 };
 
+// The same cache through UCP's lock-free hit (UcsRcache::get_unsafe).
+struct UcpHit {
+	ucs_rcache_region *get(void *a, size_t len) { return rc.get_unsafe(a, len); }
+	void put(ucs_rcache_region *r) { rc.put_unsafe(r); }
+	UcsRcache &rc;
+};
+
 struct Arena {
 	explicit Arena(size_t n) : len(n * kStride)
 	{
@@ -475,9 +482,18 @@ int main(int argc, char **argv)
 	try {
 		Ucs probe;
 		std::printf("baseline: %s\n", probe.rc.description().c_str());
-		std::printf("%-10s %-10s %12s %14s %8s %9s %10s\n", "entries", "order",
-			    "mrnotify ns", "ucs_rcache ns", "speedup", "floor ns", "vs floor");
-		double lowest = 1e30;
+		// UCP's hit (lookup_unsafe) where this build can time it.
+		const std::string no_ucp = UcsRcache::unsafe_missing();
+		if (no_ucp.empty())
+			std::printf("baseline: UCP's hit, ucs_rcache_lookup_unsafe + "
+				    "ucs_rcache_region_put_unsafe (inlined, no lock)\n");
+		else
+			std::printf("baseline: UCP's hit (ucs_rcache_lookup_unsafe): SKIP (%s)\n",
+				    no_ucp.c_str());
+		std::printf("%-10s %-10s %12s %14s %8s %9s %8s %9s %10s\n", "entries", "order",
+			    "mrnotify ns", "ucs_rcache ns", "speedup", "UCP ns", "vs UCP",
+			    "floor ns", "vs floor");
+		double lowest = 1e30, lowest_ucp = 1e30;
 		for (size_t n : {size_t(100), size_t(10000), size_t(1000000)}) {
 			Arena a(n);
 			Ours ours;
@@ -495,10 +511,22 @@ int main(int argc, char **argv)
 			      {"random", rnd}}) {
 				const double o = time_hits(ours, a, order, hits, reps);
 				const double u = time_hits(ucs, a, order, hits, reps);
+				double p = 0;
+				if (no_ucp.empty()) {
+					UcpHit ucp{ucs.rc};
+					p = time_hits(ucp, a, order, hits, reps);
+					lowest_ucp = std::min(lowest_ucp, p / o);
+				}
 				const double f = time_hits(floor, a, order, hits, reps);
 				lowest = std::min(lowest, u / o);
-				std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9.1f %9.2fx\n", n,
-					    name, o, u, u / o, f, o / f);
+				if (no_ucp.empty())
+					std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9.1f %7.2fx "
+						    "%9.1f %9.2fx\n",
+						    n, name, o, u, u / o, p, p / o, f, o / f);
+				else
+					std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9s %8s "
+						    "%9.1f %9.2fx\n",
+						    n, name, o, u, u / o, "-", "-", f, o / f);
 			}
 			if (n == 1000000)
 				std::printf("memory per cached entry beyond the payload: %zu bytes "
@@ -542,6 +570,8 @@ int main(int argc, char **argv)
 			std::printf("miss with the uffd monitor: SKIP (no userfaultfd here)\n");
 		sliding_window(reps);
 		read_sections(quick ? 20000000 : 100000000);
+		if (no_ucp.empty())
+			std::printf("hit_speedup_vs_ucp_lookup_unsafe=%.2f\n", lowest_ucp);
 		std::printf("hit_speedup_vs_ucs_rcache=%.2f\n", lowest);
 	} catch (const std::exception &e) {
 		std::fprintf(stderr, "cache_bench: %s\n", e.what());

@@ -57,23 +57,30 @@ def caption(header, command):
 
 def plot_hits(header, parts, out):
     command, lines = find(parts, "cache_bench")
-    row = re.compile(r"^(\d+)\s+(sequential|random)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x\s+([\d.]+)")
-    labels, ours, ucs, floor = [], [], [], []
+    # Records made before the UCP column (lookup_unsafe) lack it; rows
+    # where this build could not time it show "-".
+    row = re.compile(r"^(\d+)\s+(sequential|random)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x"
+                     r"(?:\s+(?:([\d.]+)\s+[\d.]+x|-\s+-))?\s+([\d.]+)\s+[\d.]+x\s*$")
+    labels, ours, ucs, ucp, floor = [], [], [], [], []
     for line in lines:
         m = row.match(line)
         if m:
             labels.append(f"{int(m.group(1)):.0e}\n{m.group(2)}")
             ours.append(float(m.group(3)))
             ucs.append(float(m.group(4)))
-            floor.append(float(m.group(5)))
+            ucp.append(float(m.group(5)) if m.group(5) else None)
+            floor.append(float(m.group(6)))
     if not labels:
         raise SystemExit("plot-bench.py: no hit rows in cache_bench's output")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     x = range(len(labels))
-    w = 0.27
-    ax.bar([i - w for i in x], ucs, w, label="ucs_rcache (UCX)")
-    ax.bar(x, ours, w, label="libmrnotify")
-    ax.bar([i + w for i in x], floor, w, label="floor (2 loads + 2 atomics)")
+    bars = [("ucs_rcache_get (UCX)", ucs)]
+    if all(v is not None for v in ucp):
+        bars.append(("ucs_rcache_lookup_unsafe (UCP's hit)", ucp))
+    bars += [("libmrnotify", ours), ("floor (2 loads + 2 atomics)", floor)]
+    w = 0.8 / len(bars)
+    for k, (label, values) in enumerate(bars):
+        ax.bar([i + (k - (len(bars) - 1) / 2) * w for i in x], values, w, label=label)
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("ns per get + put (lower is better)")
     ax.set_title("Registration cache hits, by entries and order")

@@ -9,6 +9,23 @@ extern "C" {
 #include "ucx_versions.h"
 }
 
+#ifdef MRN_HAVE_UCS_RCACHE_INL
+// Internal headers (rcache_int.h and what it needs) from the same release's
+// source tree, after the installed ones. They are C; UCP includes them from
+// C, so their casts from void * are C's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+extern "C" {
+// What rcache.inl uses without including it.
+#include <ucs/datastruct/queue.h>
+#include <ucs/debug/log.h>
+#include <ucs/profile/profile.h>
+
+#include <ucs/memory/rcache.inl>
+}
+#pragma GCC diagnostic pop
+#endif
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -86,5 +103,67 @@ void UcsRcache::put(ucs_rcache_region *r)
 {
 	ucs_rcache_region_put(rcache_, r);
 }
+
+#ifdef MRN_HAVE_UCS_RCACHE_INL
+std::string UcsRcache::unsafe_missing()
+{
+	// The source's layout of struct ucs_rcache against the library's: a
+	// cache made by libucs must read back as made.
+	try {
+		UcsRcache probe;
+		if (!probe.rcache_->name || std::string(probe.rcache_->name) != "bench")
+			return "UCX's source tree does not match the installed library "
+			       "(struct ucs_rcache reads wrong)";
+		static char buf[2 * 4096] __attribute__((aligned(4096)));
+		ucs_rcache_region *r = probe.get(buf, 4096);
+		if (!r)
+			return "ucs_rcache_get failed";
+		probe.put(r);
+		ucs_rcache_region *u = ucs_rcache_lookup_unsafe(probe.rcache_, buf, 4096,
+								page_size,
+								PROT_READ | PROT_WRITE);
+		if (u)
+			ucs_rcache_region_put_unsafe(probe.rcache_, u);
+		if (u != r)
+			return "ucs_rcache_lookup_unsafe does not find what ucs_rcache_get "
+			       "cached (layouts differ?)";
+	} catch (const std::exception &e) {
+		return e.what();
+	}
+	return {};
+}
+
+ucs_rcache_region *UcsRcache::get_unsafe(void *addr, size_t len)
+{
+	ucs_rcache_region_t *r =
+		ucs_rcache_lookup_unsafe(rcache_, addr, len, page_size, PROT_READ | PROT_WRITE);
+	return r ? r : get(addr, len);
+}
+
+void UcsRcache::put_unsafe(ucs_rcache_region *r)
+{
+	ucs_rcache_region_put_unsafe(rcache_, r);
+}
+#else
+std::string UcsRcache::unsafe_missing()
+{
+#if MRN_UCX_UCP_INLINES_HITS
+	return "built without UCX's source (configure --with-ucx-source=DIR: "
+	       "rcache.inl and rcache_int.h are not installed)";
+#else
+	return "UCX " MRN_UCX_VERSION " has no lock-free lookup (UCP's from 1.14)";
+#endif
+}
+
+ucs_rcache_region *UcsRcache::get_unsafe(void *addr, size_t len)
+{
+	return get(addr, len);
+}
+
+void UcsRcache::put_unsafe(ucs_rcache_region *r)
+{
+	put(r);
+}
+#endif
 
 } // namespace mrn::bench
