@@ -232,6 +232,7 @@ Cache::~Cache()
 		EntryStack all;
 		index_.for_each([&](Entry *x) { all.push(x); });
 		while (Entry *x = all.pop()) {
+			deltas_.fold(x);
 			if (x->refs.load(std::memory_order_relaxed) > Entry::kIndexRef)
 				busy++;
 			index_.erase(x);
@@ -273,6 +274,7 @@ void Cache::check_fork(Writer &w)
 	// hold pointers into it). epoch_ moves so owns() is false for them.
 	forked_ = false;
 	index_.clear();
+	deltas_.clear();
 	unindexed_.forget();
 	pool_.abandon();
 	pinned_bytes_ = 0;
@@ -340,6 +342,8 @@ void Cache::detach(Excluded &ex, EntryStack &victims)
 	while (Entry *x = victims.pop()) {
 		if (x->state.load(std::memory_order_relaxed) != Entry::kIndexed)
 			continue;
+		// From here on its count is refs alone (see RefDeltas).
+		deltas_.fold(x);
 		index_.erase(x);
 		x->state.store(Entry::kDetached, std::memory_order_relaxed);
 		if (x->refs.fetch_sub(Entry::kIndexRef, std::memory_order_acq_rel) ==
@@ -353,7 +357,8 @@ void Cache::detach(Excluded &ex, EntryStack &victims)
 // Drops an idle entry.
 void Cache::drop_idle(Excluded &ex, Entry *x)
 {
-	MRN_ASSERT(x->is_idle());
+	MRN_ASSERT(is_idle(x));
+	deltas_.fold(x);
 	index_.erase(x);
 	x->state.store(Entry::kDetached, std::memory_order_relaxed);
 	x->refs.store(0, std::memory_order_relaxed);
@@ -743,9 +748,10 @@ Entry *Cache::pick_victim()
 	const uint32_t now = lru_now();
 	unsigned seen = 0;
 	index_.sweep(&evict_hand_, kEvictScan, [&](Entry *x) {
-		if (!x->is_idle() || x->has(Entry::kSelected))
+		if (!is_idle(x) || x->has(Entry::kSelected))
 			return false;
-		const uint32_t age = now - x->last_use.load(std::memory_order_relaxed);
+		const uint32_t age = deltas_.youngest_age(
+			x, now, now - x->last_use.load(std::memory_order_relaxed));
 		if (!best || age > best_age) {
 			best = x;
 			best_age = age;
@@ -776,7 +782,7 @@ size_t Cache::evict(Writer &w, uint64_t bytes_needed, uint64_t entries_needed)
 		while (Entry *x = victims.pop()) {
 			x->flags &= uint8_t(~Entry::kSelected);
 			// Recheck with readers out: a hit may have taken it.
-			if (!x->is_idle())
+			if (!is_idle(x))
 				continue;
 			drop_idle(ex, x);
 			evicted++;
@@ -800,14 +806,14 @@ long Cache::flush()
 	sync(w);
 	EntryStack idle;
 	index_.for_each([&](Entry *x) {
-		if (x->is_idle())
+		if (is_idle(x))
 			idle.push(x);
 	});
 	long n = 0;
 	{
 		Excluded ex(w);
 		while (Entry *x = idle.pop()) {
-			if (!x->is_idle())
+			if (!is_idle(x))
 				continue;
 			drop_idle(ex, x);
 			n++;
@@ -843,7 +849,7 @@ void Cache::put_slow(Entry *x, bool released)
 		   x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
 		// Idle, and idle entries are not kept.
 		Excluded ex(w);
-		if (x->is_idle())
+		if (is_idle(x))
 			drop_idle(ex, x);
 	}
 }
@@ -926,7 +932,7 @@ void Cache::stats(Writer &, mrn_stats *o)
 	o->pinned_bytes = pinned_bytes_;
 	o->entries = index_.size();
 	index_.for_each([&](Entry *x) {
-		if (x->is_idle())
+		if (is_idle(x))
 			o->idle_entries++;
 	});
 	unindexed_.for_each([&](Entry *x) {

@@ -2,10 +2,11 @@
 //
 // The registration cache. Hits run under the shared side of CacheLock and
 // cost: one acquire load of the monitor's generation, one hash probe, one
-// atomic increment of the entry's reference count. Everything else (misses,
-// drains, evictions) runs in a writer section (the writer mutex), and
-// whatever removes an entry from the index or frees one also excludes
-// readers.
+// increment of the thread's own reference delta for the entry (RefDeltas;
+// the entry's atomic count where a delta cannot be used). Puts run in a
+// read section too. Everything else (misses, drains, evictions) runs in a
+// writer section (the writer mutex), and whatever removes an entry from the
+// index or frees one also excludes readers.
 //
 // Fork. Registrations are never inherited:
 //  - before fork (fork.cc, pthread_atfork) every cache's writer mutex is
@@ -31,6 +32,7 @@
 #include "mrnotify.h"
 #include "range_index.h"
 #include "reader_lock.h"
+#include "ref_deltas.h"
 
 #include <atomic>
 #include <functional>
@@ -66,7 +68,9 @@ public:
 					return (c->access & access) == access;
 				});
 				if (x) {
-					x->refs.fetch_add(1, std::memory_order_relaxed);
+					if (!keep_idle_ || !g.owns_record() ||
+					    !deltas_.get(g.index(), x))
+						x->refs.fetch_add(1, std::memory_order_relaxed);
 					count_hit(g.index());
 					*out = x;
 					return 0;
@@ -78,16 +82,30 @@ public:
 
 	MRN_HOT_INLINE void put(Entry *x)
 	{
-		if (keep_idle_) {
-			// Stamp before letting go: once our reference is gone the
-			// entry may be freed.
-			x->last_use.store(lru_stamp(), std::memory_order_relaxed);
-			if (x->refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
-				return;
-			put_slow(x, true);
+		if (!keep_idle_) {
+			put_slow(x, false);
 			return;
 		}
-		put_slow(x, false);
+		const uint32_t stamp = lru_stamp();
+		{
+			// In the index x cannot leave it (nor its count be folded)
+			// before this section ends, and the index's reference keeps
+			// it alive whatever its count says.
+			SharedGuard g(lock_);
+			if (x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
+				if (g.owns_record() && deltas_.put(g.index(), x, stamp))
+					return;
+				x->last_use.store(stamp, std::memory_order_relaxed);
+				x->refs.fetch_sub(1, std::memory_order_release);
+				return;
+			}
+		}
+		// Out of the index: its count is refs alone. Stamp before
+		// letting go: once our reference is gone the entry may be freed.
+		x->last_use.store(stamp, std::memory_order_relaxed);
+		if (x->refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+			return;
+		put_slow(x, true);
 	}
 
 	int find(void *addr, size_t len, Entry **out);
@@ -147,7 +165,7 @@ private:
 	// different threads between the same two misses are ordered
 	// arbitrarily. 32 bits wrap after a million ticks: eviction compares
 	// ages (now - stamp), which stay right while they are below 2^31.
-	static constexpr unsigned kSequenceBits = 12;
+	static constexpr unsigned kSequenceBits = RefDeltas::kSequenceBits;
 	MRN_HOT_INLINE uint32_t lru_stamp() const
 	{
 		return uint32_t(lru_tick_.load(std::memory_order_relaxed) << kSequenceBits |
@@ -168,6 +186,14 @@ private:
 	// Entries made before a fork are the parent's: never ours to
 	// deregister or free.
 	bool owns(const Entry *x) const { return x->epoch == epoch_; }
+	// In the index and used by nobody: its atomic count plus the threads'
+	// deltas (exact with readers excluded, a guess otherwise).
+	bool is_idle(const Entry *x) const
+	{
+		return x->state.load(std::memory_order_relaxed) == Entry::kIndexed &&
+		       x->refs.load(std::memory_order_relaxed) + uint32_t(deltas_.sum(x)) ==
+			       Entry::kIndexRef;
+	}
 
 	int get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry **out);
 	// released: the fast path dropped the last reference already.
@@ -229,6 +255,8 @@ private:
 	alignas(64) std::atomic<const uint64_t *> gen_ptr_{nullptr};
 	std::atomic<uint64_t> seen_gen_{0};
 	bool keep_idle_ = false;
+	// Its table pointer shares the line above (read by hits only).
+	RefDeltas deltas_;
 	RangeIndex index_;
 	// Read by every put, moved by misses and evictions: a line of its own.
 	alignas(64) std::atomic<uint64_t> lru_tick_{1};

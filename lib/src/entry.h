@@ -22,7 +22,9 @@ namespace mrn {
 //   detached, refs == 0             doomed: deregister and free
 // Hits add a reference without the writer mutex (readers are excluded only
 // while entries leave the index), so every transition out of "indexed"
-// happens with readers excluded.
+// happens with readers excluded. While indexed, `refs` is only part of the
+// count: the threads' deltas (RefDeltas) hold the rest, and are folded into
+// it when the entry leaves the index.
 // 56 bytes, so that with an 8-byte payload (a pointer) an entry fills one
 // 64-byte block and its hot fields (range, count, access) share a cache
 // line: blocks that straddle lines cost a second miss on random hits.
@@ -69,11 +71,6 @@ struct alignas(8) Entry {
 	bool covers(uintptr_t s, uintptr_t e) const { return start <= s && e <= end; }
 	bool overlaps(uintptr_t s, uintptr_t e) const { return start < e && s < end; }
 	bool has(Flags f) const { return (flags & f) != 0; }
-	bool is_idle() const
-	{
-		return refs.load(std::memory_order_relaxed) == kIndexRef &&
-		       state.load(std::memory_order_relaxed) == kIndexed;
-	}
 	void *payload() { return reinterpret_cast<unsigned char *>(this) + kPayloadOffset; }
 	const void *payload() const
 	{

@@ -193,6 +193,11 @@ public:
 	SharedGuard(const SharedGuard &) = delete;
 	SharedGuard &operator=(const SharedGuard &) = delete;
 	unsigned index() const { return idx_; }
+	// Not nested in another section of this thread (a signal handler's
+	// section may be nested in the code it interrupted), and with a record
+	// of its own: only such a section may write the thread's per-cache
+	// state (RefDeltas).
+	MRN_HOT_INLINE bool owns_record() const { return prev_ == 0 && idx_ < kMaxReaderRecords; }
 
 private:
 	CacheLock &lock_;

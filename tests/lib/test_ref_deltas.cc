@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// Reference counts kept partly as per-thread deltas (lib/src/ref_deltas.h,
+// #26): a hit and its put write only the thread's own slot, so a put made
+// by another thread than the get, a thread that exits holding references,
+// and an entry that leaves the index while threads hold it must all still
+// add up: idle exactly when nobody holds it, deregistered exactly at the
+// last put.
+#include "cache_fixture.h"
+
+#include <thread>
+#include <vector>
+
+namespace mrn::test {
+namespace {
+
+template <typename Fn>
+void in_thread(Fn fn)
+{
+	std::thread(fn).join();
+}
+
+TEST_F(CacheTest, PutFromAnotherThreadThanTheGetIsCounted)
+{
+	make();
+	cache->put(get(3, page())); // the miss: registered, idle
+	Entry *x = nullptr;
+	in_thread([&] { x = get(3, page()); }); // a hit: +1 in that thread's slot
+	ASSERT_NE(nullptr, x);
+	EXPECT_EQ(1u, regs.registered);
+	EXPECT_EQ(0u, stats().idle_entries) << "held by the other thread";
+	EXPECT_EQ(0, cache->flush()) << "an entry in use was dropped";
+	in_thread([&] { cache->put(x); }); // -1 in a third thread's slot
+	EXPECT_EQ(1u, stats().idle_entries);
+	EXPECT_EQ(1, cache->flush());
+	EXPECT_EQ(1u, regs.deregistered);
+}
+
+TEST_F(CacheTest, ThreadThatExitsHoldingAReferenceLeavesItCounted)
+{
+	make();
+	cache->put(get(5, page()));
+	Entry *x = nullptr, *y = nullptr;
+	in_thread([&] {
+		x = get(5, page());
+		y = get(5, page());
+	});
+	// Its reader record (and slots) go to the next thread, which hits
+	// and puts the same entry: the sum must stay 2 held.
+	in_thread([&] { cache->put(get(5, page())); });
+	EXPECT_EQ(0, cache->flush());
+	cache->put(x);
+	EXPECT_EQ(0, cache->flush());
+	cache->put(y);
+	EXPECT_EQ(1, cache->flush());
+	EXPECT_EQ(1u, regs.deregistered);
+}
+
+TEST_F(CacheTest, EntryInvalidatedWhileHeldThroughDeltasDiesAtItsLastPut)
+{
+	make();
+	cache->put(get(7, page()));
+	Entry *a = nullptr, *b = nullptr;
+	in_thread([&] {
+		a = get(7, page());
+		b = get(7, page());
+	});
+	// Out of the index: the threads' deltas move into its count.
+	mon->unmap(addr(7), addr(8));
+	Entry *fresh = get(7, page());
+	EXPECT_NE(a, fresh);
+	EXPECT_EQ(1u, stats().in_use_detached);
+	in_thread([&] { cache->put(a); });
+	EXPECT_EQ(0u, regs.deregistered) << "deregistered with one user left";
+	cache->put(b);
+	EXPECT_EQ(1u, regs.deregistered);
+	EXPECT_EQ(0u, stats().in_use_detached);
+	cache->put(fresh);
+}
+
+TEST_F(CacheTest, ManyEntriesSharingSlotsAddUp)
+{
+	// More entries than a thread has slots: some hits and puts find their
+	// slot taken and use the entry's atomic count; others take the slot
+	// over. Held across threads in every order, everything must end idle.
+	make();
+	constexpr size_t kEntries = 300;
+	for (size_t i = 0; i < kEntries; i++)
+		cache->put(get(2 * i, page()));
+	std::vector<Entry *> held(kEntries);
+	in_thread([&] {
+		for (size_t i = 0; i < kEntries; i++)
+			held[i] = get(2 * i, page());
+	});
+	EXPECT_EQ(0, cache->flush());
+	in_thread([&] {
+		for (size_t i = 0; i < kEntries; i += 2)
+			cache->put(held[i]);
+	});
+	for (size_t i = 1; i < kEntries; i += 2)
+		cache->put(held[i]);
+	EXPECT_EQ(kEntries, regs.registered);
+	EXPECT_EQ(long(kEntries), cache->flush());
+	EXPECT_EQ(kEntries, regs.deregistered);
+}
+
+} // namespace
+} // namespace mrn::test
