@@ -21,8 +21,8 @@ namespace {
 // cache has seen equals this.
 const uint64_t kForkedGeneration = UINT64_MAX;
 
-// A registration that keeps racing unmaps of its own range gives up after
-// this many tries (the memory is being unmapped as fast as we pin it).
+// A registration that keeps racing changes of its own range is made this
+// many times, and the last one is handed out uncached (see commit_entry).
 constexpr int kMaxRaceRetries = 16;
 
 // A registration the kernel refuses for lack of room (its caps, or memory)
@@ -434,17 +434,10 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 			}
 			return rc;
 		}
-		rc = commit_entry(w, p);
+		rc = commit_entry(w, p, attempt + 1 >= kMaxRaceRetries);
 		if (rc == 0) {
 			*out = p;
 			return 0;
-		}
-		if (rc == kRaced && attempt + 1 >= kMaxRaceRetries) {
-			log(0,
-			    "cache %s: [%#" PRIxPTR ", %#" PRIxPTR
-			    ") was unmapped during each of %d registrations",
-			    name_.c_str(), plan.start, plan.end, kMaxRaceRetries);
-			return -EAGAIN;
 		}
 	}
 }
@@ -483,7 +476,7 @@ int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, voi
 		}
 		// Never watched, so never raced: 0, or kForked (the entry was
 		// the parent's; this child registers its own).
-		rc = commit_entry(w, p);
+		rc = commit_entry(w, p, true);
 		if (rc == 0) {
 			*out = p;
 			return 0;
@@ -667,8 +660,9 @@ int Cache::register_entry(Writer &w, Entry *p, void *arg)
 
 // p is registered. Returns 0 when the caller may have it, kRaced when the
 // pages changed while we pinned them, kForked when we are now a forked
-// child and p is the parent's.
-int Cache::commit_entry(Writer &w, Entry *p)
+// child and p is the parent's. last_try: hand out a raced registration
+// uncached instead of kRaced.
+int Cache::commit_entry(Writer &w, Entry *p, bool last_try)
 {
 	check_fork(w);
 	if (!owns(p))
@@ -676,7 +670,21 @@ int Cache::commit_entry(Writer &w, Entry *p)
 	pinned_bytes_ += p->length();
 	// Validate: did the pages change while we pinned them?
 	sync(w);
-	if (p->invalid.load(std::memory_order_relaxed)) {
+	if (p->invalid.load(std::memory_order_relaxed) && last_try) {
+		// Changed under every try. Not always our range's own unmaps:
+		// Linux invalidates a whole 2 MiB block whenever a mapping in
+		// it is split or merged (__split_huge_pmd, also with no huge
+		// page there), so a buffer next to one that is mapped and
+		// unmapped in a loop races as often as that loop runs. A
+		// registration we cannot trust to stay valid is what an MPI
+		// without a cache uses: the caller gets it, nobody else, and
+		// it is deregistered at its put.
+		log(1,
+		    "cache %s: [%#" PRIxPTR ", %#" PRIxPTR
+		    ") changed during each of %d registrations; this one is not cached",
+		    name_.c_str(), p->start, p->end, kMaxRaceRetries);
+		make_uncached(w, p);
+	} else if (p->invalid.load(std::memory_order_relaxed)) {
 		st_.retries++;
 		unindexed_.erase(p);
 		p->state.store(Entry::kDetached, std::memory_order_relaxed);

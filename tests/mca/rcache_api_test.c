@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,9 +708,21 @@ struct thr {
 	mca_rcache_base_module_t *m;
 	unsigned char *region, *remapped;
 	unsigned seed;
-	long errors, raced;
+	long errors;
 	int stop;
+	char first_error[160]; /* what the first bad result was */
 };
+
+static void thr_error(struct thr *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (t->errors++ == 0) {
+		va_start(ap, fmt);
+		vsnprintf(t->first_error, sizeof(t->first_error), fmt, ap);
+		va_end(ap);
+	}
+}
 
 static void *worker(void *p)
 {
@@ -725,19 +738,23 @@ static void *worker(void *p)
 
 		if (!r) {
 			/*
-			 * Memory replaced as fast as it is registered: the cache
-			 * gives up after a number of tries (OUT_OF_RESOURCE).
-			 * Allowed where the remapper works, nowhere else.
+			 * Memory replaced as fast as it is registered is still
+			 * registered (uncached, at the last try). The region
+			 * next to it, never remapped, usually shares a 2 MiB block
+			 * with it, which Linux invalidates as a whole at each remap:
+			 * until 2026-12-05 its registrations failed here now
+			 * and then (OUT_OF_RESOURCE after 16 tries).
 			 */
-			if (base == t->remapped && rc == OPAL_ERR_OUT_OF_RESOURCE)
-				t->raced++;
-			else
-				t->errors++;
+			thr_error(t, "%s+%#zx len %#zx access %d failed (%d)",
+				  base == t->region ? "region" : "remapped", off, len, acc, rc);
 			continue;
 		}
 		if (r->magic != MAGIC || r->base.base > base + off ||
 		    r->base.bound < base + off + len - 1 || (r->base.access_flags & acc) != acc)
-			t->errors++;
+			thr_error(t, "%s+%#zx len %#zx access %d: got [%p, %p] access %d magic %#x",
+				  base == t->region ? "region" : "remapped", off, len, acc,
+				  (void *)r->base.base, (void *)r->base.bound, r->base.access_flags,
+				  (unsigned)r->magic);
 		if (rand_r(&t->seed) % 4 == 0)
 			sched_yield();
 		reg_put(t->m, r);
@@ -752,7 +769,7 @@ static void *remapper(void *p)
 	/* Replace the pages under live and idle registrations, never a hole. */
 	while (!__atomic_load_n(&t->stop, __ATOMIC_RELAXED)) {
 		if (raw_mmap_fixed(t->remapped, T_PAGES * PAGE) != t->remapped)
-			t->errors++;
+			thr_error(t, "mmap MAP_FIXED failed: %s", strerror(errno));
 		usleep(200);
 	}
 	return NULL;
@@ -767,7 +784,8 @@ static void threads(void)
 	struct thr t[5];
 	pthread_t tid[5];
 	unsigned char *region = map_pages(T_PAGES), *remapped = map_pages(T_PAGES);
-	long errors = 0, raced = 0;
+	long errors = 0;
+	const char *first_error = "";
 
 	CHECK(T, m, "cannot create the cache");
 	for (int i = 0; i < 5; i++) {
@@ -781,16 +799,17 @@ static void threads(void)
 	pthread_join(tid[4], NULL);
 	for (int i = 0; i < 5; i++) {
 		errors += t[i].errors;
-		raced += t[i].raced;
+		if (!*first_error)
+			first_error = t[i].first_error;
 	}
 	mca_rcache_base_module_destroy(m);
 	munmap(region, T_PAGES * PAGE);
 	munmap(remapped, T_PAGES * PAGE);
-	CHECK(T, errors == 0 && c.bad == 0, "%ld bad results, %ld bad callbacks", errors, c.bad);
+	CHECK(T, errors == 0 && c.bad == 0,
+	      "%ld bad results (first: %s; region %p, remapped %p), %ld bad callbacks", errors,
+	      first_error, (void *)region, (void *)remapped, c.bad);
 	CHECK(T, c.regs == c.deregs, "%ld registered, %ld deregistered", c.regs, c.deregs);
-	CHECK(T, raced < T_OPS, "%ld of %d lookups gave up racing the remapper", raced, 4 * T_OPS);
-	result(1, T, "%ld registrations for %d lookups (%ld gave up racing the remapper)", c.regs,
-	       4 * T_OPS, raced);
+	result(1, T, "%ld registrations for %d lookups", c.regs, 4 * T_OPS);
 }
 
 /* --- both builds in one process ------------------------------------------------ */
