@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 //
 // libmrnotify cache benchmark, against UCX's ucs_rcache in the same run:
-//  - hit latency (get + put) with 1e2, 1e4 and 1e6 cached entries,
-//    sequential and random order;
+//  - hit time (get + put) with 1e2, 1e4 and 1e6 cached entries: in
+//    sequential order; in random order, a fresh one each pass; and as a
+//    chain, each request waiting for the last one's result (latency);
 //  - hit throughput with 1 and 2 threads;
 //  - miss overhead beyond the register function, and at the entry limit
 //    with every entry in use;
@@ -169,28 +170,93 @@ struct Floor {
 	size_t mask;
 };
 
-// ns per get+put, best of `reps` runs over `order`.
+// ns per get+put, best of `reps` runs of `hits` requests each. Run after
+// run takes the next `hits` indices of `stream`, wrapping around: a random
+// stream made of fresh passes (fresh_passes) is then not repeated from run
+// to run, which a cache whose hit walks an LRU list would profit from (its
+// unlink touches the neighbours it is about to be asked for).
 template <typename C>
-double time_hits(C &c, const Arena &a, const std::vector<uint32_t> &order, size_t hits, int reps)
+double time_hits(C &c, const Arena &a, const std::vector<uint32_t> &stream, size_t n,
+		 size_t hits, int reps)
 {
 	// One untimed pass first: the first timed run of a process otherwise
 	// pays for cold caches, TLBs and a clock still ramping up.
-	for (uint32_t i : order)
-		c.put(c.get(a.buf(i), kBuf));
+	for (size_t k = 0; k < n; k++)
+		c.put(c.get(a.buf(stream[k]), kBuf));
+	size_t pos = n % stream.size();
 	double best = 1e30;
 	for (int r = 0; r < reps; r++) {
 		const auto t0 = Clock::now();
-		size_t done = 0;
-		while (done < hits) {
-			for (uint32_t i : order) {
-				auto *h = c.get(a.buf(i), kBuf);
-				c.put(h);
-			}
-			done += order.size();
+		for (size_t done = 0; done < hits;) {
+			const size_t len = std::min(stream.size() - pos, hits - done);
+			for (size_t k = pos; k < pos + len; k++)
+				c.put(c.get(a.buf(stream[k]), kBuf));
+			done += len;
+			pos = (pos + len) % stream.size();
 		}
 		const double ns =
 			std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-		best = std::min(best, ns / double(done));
+		best = std::min(best, ns / double(hits));
+	}
+	return best;
+}
+
+// Passes over all n entries, each in an order of its own, enough for the
+// untimed pass and `runs` runs of `hits`.
+std::vector<uint32_t> fresh_passes(size_t n, size_t hits, int runs, unsigned seed)
+{
+	std::vector<uint32_t> pass(n), stream;
+	std::iota(pass.begin(), pass.end(), 0);
+	std::mt19937 rng(seed);
+	const size_t want = n + hits * size_t(runs);
+	stream.reserve((want + n - 1) / n * n);
+	while (stream.size() < want) {
+		std::shuffle(pass.begin(), pass.end(), rng);
+		stream.insert(stream.end(), pass.begin(), pass.end());
+	}
+	return stream;
+}
+
+// One cycle through all n entries in random order (Sattolo's shuffle):
+// next[i] is the entry asked for after entry i.
+std::vector<uint32_t> random_cycle(size_t n, unsigned seed)
+{
+	std::vector<uint32_t> order(n), next(n);
+	std::iota(order.begin(), order.end(), 0);
+	std::mt19937 rng(seed);
+	for (size_t i = n - 1; i > 0; i--)
+		std::swap(order[i], order[std::uniform_int_distribution<size_t>(0, i - 1)(rng)]);
+	for (size_t i = 0; i < n; i++)
+		next[order[i]] = order[(i + 1) % n];
+	return next;
+}
+
+// ns per get+put when each request waits for the one before: the next
+// entry's address is computed from the handle the last get returned (ANDed
+// with `zero`, which the compiler cannot see is 0), so no two lookups
+// overlap in the CPU. Latency, where time_hits measures throughput: with 1e6
+// entries a CPU runs several independent lookups' cache misses at once.
+template <typename C>
+double time_chain(C &c, const Arena &a, const std::vector<uint32_t> &next, size_t hits, int reps,
+		  uintptr_t zero)
+{
+	uint32_t i = 0;
+	for (size_t k = 0; k < next.size(); k++) {
+		auto *h = c.get(a.buf(i), kBuf);
+		i = next[i] + uint32_t(reinterpret_cast<uintptr_t>(h) & zero);
+		c.put(h);
+	}
+	double best = 1e30;
+	for (int r = 0; r < reps; r++) {
+		const auto t0 = Clock::now();
+		for (size_t k = 0; k < hits; k++) {
+			auto *h = c.get(a.buf(i), kBuf);
+			i = next[i] + uint32_t(reinterpret_cast<uintptr_t>(h) & zero);
+			c.put(h);
+		}
+		const double ns =
+			std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+		best = std::min(best, ns / double(hits));
 	}
 	return best;
 }
@@ -479,6 +545,9 @@ int main(int argc, char **argv)
 	// Best of several runs even when quick: this is often a shared machine.
 	const size_t hits = quick ? 300000 : 2000000;
 	const int reps = quick ? 3 : 5;
+	// 0, read where the compiler cannot see it (time_chain).
+	static volatile uintptr_t zero_source = 0;
+	const uintptr_t zero = zero_source;
 	try {
 		Ucs probe;
 		std::printf("baseline: %s\n", probe.rc.description().c_str());
@@ -503,21 +572,20 @@ int main(int argc, char **argv)
 			Floor floor(a, n);
 			std::vector<uint32_t> seq(n);
 			std::iota(seq.begin(), seq.end(), 0);
-			std::vector<uint32_t> rnd = seq;
-			std::shuffle(rnd.begin(), rnd.end(), std::mt19937(7));
-			for (const auto &[name, order] :
-			     {std::pair<const char *, const std::vector<uint32_t> &>{"sequential",
-										     seq},
-			      {"random", rnd}}) {
-				const double o = time_hits(ours, a, order, hits, reps);
-				const double u = time_hits(ucs, a, order, hits, reps);
+			const std::vector<uint32_t> rnd = fresh_passes(n, hits, reps + 1, 7);
+			const std::vector<uint32_t> cycle = random_cycle(n, 11);
+			// Each order timed for every cache: ours, ucs_rcache_get, UCP's
+			// lock-free hit, the floor.
+			const auto row = [&](const char *name, auto &&time) {
+				const double o = time(ours);
+				const double u = time(ucs);
 				double p = 0;
 				if (no_ucp.empty()) {
 					UcpHit ucp{ucs.rc};
-					p = time_hits(ucp, a, order, hits, reps);
+					p = time(ucp);
 					lowest_ucp = std::min(lowest_ucp, p / o);
 				}
-				const double f = time_hits(floor, a, order, hits, reps);
+				const double f = time(floor);
 				lowest = std::min(lowest, u / o);
 				if (no_ucp.empty())
 					std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9.1f %7.2fx "
@@ -527,7 +595,12 @@ int main(int argc, char **argv)
 					std::printf("%-10zu %-10s %12.1f %14.1f %7.2fx %9s %8s "
 						    "%9.1f %9.2fx\n",
 						    n, name, o, u, u / o, "-", "-", f, o / f);
-			}
+			};
+			row("sequential",
+			    [&](auto &c) { return time_hits(c, a, seq, n, hits, reps); });
+			row("random", [&](auto &c) { return time_hits(c, a, rnd, n, hits, reps); });
+			row("chain",
+			    [&](auto &c) { return time_chain(c, a, cycle, hits, reps, zero); });
 			if (n == 1000000)
 				std::printf("memory per cached entry beyond the payload: %zu bytes "
 					    "(target <= 96)\n",

@@ -59,7 +59,7 @@ def plot_hits(header, parts, out):
     command, lines = find(parts, "cache_bench")
     # Records made before the UCP column (lookup_unsafe) lack it; rows
     # where this build could not time it show "-".
-    row = re.compile(r"^(\d+)\s+(sequential|random)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x"
+    row = re.compile(r"^(\d+)\s+(sequential|random|chain)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x"
                      r"(?:\s+(?:([\d.]+)\s+[\d.]+x|-\s+-))?\s+([\d.]+)\s+[\d.]+x\s*$")
     labels, ours, ucs, ucp, floor = [], [], [], [], []
     for line in lines:
