@@ -20,10 +20,13 @@
 #         $MRNOTIFY_STACKS_DIR/trixie-bpo-7.N, booted with the Debian 13 root
 #         (6.12's, which they need); the module is built in a chroot of
 #         that root, the kernel's headers bound in.
+#   arm64 not a kernel: a Debian 13 root with arm64 as a foreign
+#         architecture (the cross compiler, qemu-user, arm64 UCX 1.18.1) under
+#         $MRNOTIFY_STACKS_DIR/trixie-arm64-cross, for tools/arm64-check.sh.
 #
 # Usage:
 #   stacks.sh fetch KERNEL...           make what is missing (5.10, 6.12,
-#                                       7.2, 7.3, forky, all)
+#                                       7.2, 7.3, forky, all; arm64)
 #   stacks.sh env KERNEL                print the stack's paths as shell
 #                                       assignments (STACK_RELEASE, STACK_ROOT,
 #                                       STACK_MODULES_ROOT, STACK_IMAGE,
@@ -32,9 +35,9 @@
 #   stacks.sh build-module KERNEL SRC OUT
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
-#   stacks.sh run 6.12|forky [--bind DIR]... CMD...
+#   stacks.sh run 6.12|forky|arm64 [--bind DIR]... CMD...
 #                                       run CMD in a chroot of the Debian 13
-#                                       (or forky) root, in the current
+#                                       (forky, arm64) root, in the current
 #                                       directory; it and each DIR are the
 #                                       host's, bound in; what CMD writes
 #                                       elsewhere is thrown away
@@ -403,6 +406,34 @@ build_forky() { # $1: out dir
 	build_in_root "$f_root" "$1" "$(f_release)"
 }
 
+# --- arm64: Debian 13's cross compiler and arm64 libraries ----------------------
+
+# Not a kernel: a Debian 13 amd64 root with arm64 as a foreign architecture,
+# for tools/arm64-check.sh: the cross compiler (gcc 14), qemu-user, and the
+# arm64 UCX (1.18.1), GoogleTest and verbs the library and the plugin are
+# built against. Debian 12's cross compiler (gcc 12) cannot use Debian 13's
+# arm64 libraries (glibc 2.41, libstdc++ 14).
+a_root=$cache/trixie-arm64-cross
+a_packages=build-essential,autoconf,automake,libtool,pkg-config,g++-aarch64-linux-gnu,qemu-user,libucx-dev:arm64,ucx-utils:arm64,libgtest-dev:arm64,libibverbs-dev:arm64
+a_ok() { root_ok arm64 "$a_root" "$(echo "$a_packages" | sed 's/:arm64//g')"; }
+
+a_make() {
+	command -v mmdebstrap >/dev/null || { say "arm64: mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
+	rm -rf "$a_root.tmp"
+	nice mmdebstrap --quiet --variant=apt --architectures=amd64,arm64 \
+		--include="$a_packages" trixie "$a_root.tmp" "deb $(mirror) trixie main" ||
+		{ rm -rf "$a_root.tmp"; return 3; }
+	rm -rf "$a_root" && mv "$a_root.tmp" "$a_root"
+}
+
+fetch_arm64() {
+	a_ok && { say "arm64: cached in $a_root"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "arm64: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	mkdir -p "$cache" || return 1
+	timed "arm64: Debian 13 root with arm64 libraries (mmdebstrap)" a_make || return $?
+	: >"$a_root/.complete"
+}
+
 # --- commands ---------------------------------------------------------------------
 
 kernels() { # expand "all"
@@ -411,7 +442,9 @@ kernels() { # expand "all"
 		case "$k" in
 		all) echo 5.10 6.12 7.2 7.3 forky ;;
 		5.10|6.12|7.2|7.3|forky) echo "$k" ;;
-		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3, forky or all)"; exit 2 ;;
+		arm64) [ "$cmd" = fetch ] && echo "$k" ||
+			{ say "arm64 is a build root, not a kernel: fetch or run only"; exit 2; } ;;
+		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3, forky, arm64 or all)"; exit 2 ;;
 		esac
 	done
 }
@@ -451,12 +484,13 @@ run)
 	case "${1:-}" in
 	6.12) t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }; root=$t_root ;;
 	forky) f_ok || { say "forky: not cached (run $prog fetch forky)"; exit 3; }; root=$f_root ;;
-	*) say "usage: $prog run 6.12|forky [--bind DIR]... CMD..."; exit 2 ;;
+	arm64) a_ok || { say "arm64: not cached (run $prog fetch arm64)"; exit 3; }; root=$a_root ;;
+	*) say "usage: $prog run 6.12|forky|arm64 [--bind DIR]... CMD..."; exit 2 ;;
 	esac
 	shift
 	binds=("$PWD")
 	while [ "${1:-}" = --bind ]; do binds+=("$(readlink -f "$2")"); shift 2; done
-	[ $# -gt 0 ] || { say "usage: $prog run 6.12|forky [--bind DIR]... CMD..."; exit 2; }
+	[ $# -gt 0 ] || { say "usage: $prog run 6.12|forky|arm64 [--bind DIR]... CMD..."; exit 2; }
 	exec unshare -m -- "$0" __in-namespace "$root" "$PWD" "${#binds[@]}" "${binds[@]}" "$@"
 	;;
 __in-namespace)
