@@ -1,0 +1,92 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# ucx-upstream-check.sh: the UCX patch of ucx-plugin/upstream/, outside CI.
+#   1. unpacks TAG (default v1.18.1, Debian 13's release) from a clone of
+#      openucx/ucx into $MRNOTIFY_STACKS_DIR/ucx-patched/ucx-TAG and
+#      applies the patch there (never in this tree);
+#   2. builds that UCX in a chroot of the Debian 13 root, installed under
+#      $MRNOTIFY_UCX_DIR (default /opt/mrnotify-ucx)/ucx-VERSION-ext;
+#   3. builds ucx-plugin/upstream/ext_validity_test.c against it and runs
+#      it with the external source set (a replaced buffer must miss, in
+#      UCP's inline lookup and in ucs_rcache_get) and without (the negative
+#      control: the old region comes back).
+# With --check-only it only says whether the patch applies to TAG.
+#
+# Usage: ucx-upstream-check.sh --srcdir DIR --ucx-git CLONE [--tag TAG] [--check-only]
+set -u -o pipefail
+prog=$(basename "$0")
+srcdir= git= tag=v1.18.1 check_only=no
+while [ $# -gt 0 ]; do
+	case $1 in
+	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
+	--ucx-git) git=$(readlink -f "$2"); shift 2 ;;
+	--tag) tag=$2; shift 2 ;;
+	--check-only) check_only=yes; shift ;;
+	-h|--help) sed -n '4,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "$prog: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+[ -n "$srcdir" ] && [ -n "$git" ] || { echo "usage: $prog --srcdir DIR --ucx-git CLONE [--tag TAG] [--check-only]" >&2; exit 2; }
+# UCX 1.21 keeps pending invalidations in an interval tree, not a queue:
+# from there on the patch's -v1.22 form.
+case $tag in
+v1.1[0-9].*|v1.20.*) patch=$srcdir/ucx-plugin/upstream/0001-ucs-rcache-external-validity-source.patch ;;
+*) patch=$srcdir/ucx-plugin/upstream/0001-ucs-rcache-external-validity-source-v1.22.patch ;;
+esac
+cache=${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
+tree=$cache/ucx-patched/ucx-${tag#v}
+
+if [ $check_only = yes ]; then
+	t=$(mktemp -d) && trap 'rm -rf "$t"' EXIT
+	git -C "$git" archive "$tag" src/ucs | tar -x -C "$t" || exit 1
+	if (cd "$t" && patch -p1 --dry-run -s <"$patch" >/dev/null); then
+		echo "$prog: the patch applies to $tag"
+	else
+		echo "$prog: the patch does not apply to $tag"
+		exit 1
+	fi
+	exit 0
+fi
+
+if [ ! -e "$tree/.patched" ]; then
+	rm -rf "$tree" && mkdir -p "$tree" || exit 1
+	git -C "$git" archive "$tag" | tar -x -C "$tree" || exit 1
+	(cd "$tree" && patch -p1 -s <"$patch") || { echo "$prog: the patch does not apply to $tag" >&2; exit 1; }
+	: >"$tree/.patched"
+fi
+ver=$(sed -n 's/^define(\[ucx_ver_\(major\|minor\|patch\)\], \([0-9]*\)).*/\2/p' "$tree/configure.ac" | paste -sd.)
+prefix=${MRNOTIFY_UCX_DIR:-/opt/mrnotify-ucx}/ucx-$ver-ext
+stacks=$srcdir/tests/harness/stacks.sh
+"$stacks" fetch 6.12 || { echo "$prog: no Debian 13 root" >&2; exit 1; }
+mkdir -p "$prefix" || exit 1
+in_root() { (cd "$tree" && nice "$stacks" run 6.12 --bind "$srcdir" --bind "$tree" --bind "${prefix%/*}" "$@"); }
+
+if [ ! -e "$prefix/.complete" ]; then
+	echo "$prog: building UCX $ver with the patch into $prefix"
+	in_root sh -c "./autogen.sh && ./configure --prefix='$prefix' --disable-debug \
+		--disable-assertions --disable-params-check --enable-mt --with-verbs --with-rdmacm \
+		--without-cuda --without-rocm --without-ze --without-java --without-go \
+		--disable-doxygen-doc && make -j2 && make install" >"$tree/build.log" 2>&1 ||
+		{ tail -n 30 "$tree/build.log"; echo "$prog: UCX $ver did not build ($tree/build.log)" >&2; exit 1; }
+	: >"$prefix/.complete"
+fi
+
+# rcache.inl and rcache_int.h come from the tree: UCX installs neither.
+test_bin=$tree/ext_validity_test
+in_root gcc -std=gnu11 -O2 -Wall -Wextra -Werror -isystem "$prefix/include" -isystem "$tree/src" \
+	-o "$test_bin" "$srcdir/ucx-plugin/upstream/ext_validity_test.c" \
+	-L"$prefix/lib" -lucs -lucm || { echo "$prog: the test did not build" >&2; exit 1; }
+status=0
+for mode in --with-source --without-source; do
+	out=$(in_root env LD_LIBRARY_PATH="$prefix/lib" "$test_bin" "$mode" 2>&1)
+	rc=$?
+	echo "$out"
+	if [ $rc -eq 0 ]; then
+		echo "ok - ext_validity_test $mode (UCX $ver, $tag + the patch)"
+	else
+		echo "not ok - ext_validity_test $mode (UCX $ver, $tag + the patch): exit $rc"
+		status=1
+	fi
+done
+exit $status
