@@ -427,6 +427,11 @@ if [ ! -e "$results/done" ]; then
 		echo "$prog: the guest stopped before finishing (qemu exit $qrc)" >&2
 		status=1
 	fi
+	# A long call trace pushes a crash report's head out of the last lines.
+	if crash=$(sh "$(dirname "$(readlink -f "$0")")/kernel-crash.sh" "$results/serial.log"); then
+		echo "$prog: the guest's kernel crashed; the report:" >&2
+		echo "$crash" >&2
+	fi
 	echo "$prog: last lines of the console ($results/serial.log):" >&2
 	tail -n 40 "$results/serial.log" >&2
 fi

@@ -52,23 +52,59 @@ node1=10.0.3.1 node2=10.0.3.2
 peer_script="sh $here/two-nodes.sh"
 start=$(date +%s)
 
-# Node 2 in its own process group, so that it can be ended as a whole
-# (qemu included) if node 1 never tells it to stop.
-setsid "$@" --smp 1 --hostname node2 --ip $node2 --link listen:$sock \
-	--results "$results/node2" --bind "$keys" --env MRN_TWO_NODES_WAIT=1400 \
-	"$peer_script serve $keys" >"$results/node2.log" 2>&1 &
-node2_pid=$!
+# run_pair: one run of both guests; sets rc1 and rc2.
+run_pair() {
+	rm -rf "$results/node1" "$results/node2" "$results/node2.log"
+	# Node 2 in its own process group, so that it can be ended as a whole
+	# (qemu included) if node 1 never tells it to stop.
+	setsid "$@" --smp 1 --hostname node2 --ip $node2 --link listen:$sock \
+		--results "$results/node2" --bind "$keys" --env MRN_TWO_NODES_WAIT=1400 \
+		"$peer_script serve $keys" >"$results/node2.log" 2>&1 &
+	node2_pid=$!
 
-# Node 1's qemu connects to node 2's: wait until node 2's listens.
-for _ in $(seq 60); do
-	[ -S "$sock" ] && break
-	kill -0 $node2_pid 2>/dev/null || break
-	sleep 1
-done
-[ -S "$sock" ] || {
-	kill -KILL -- -$node2_pid 2>/dev/null
+	# Node 1's qemu connects to node 2's: wait until node 2's listens.
+	for _ in $(seq 60); do
+		[ -S "$sock" ] && break
+		kill -0 $node2_pid 2>/dev/null || break
+		sleep 1
+	done
+	[ -S "$sock" ] || {
+		kill -KILL -- -$node2_pid 2>/dev/null
+		cat "$results/node2.log"
+		die "node 2's qemu never listened on $sock"
+	}
+
+	"$@" --smp 1 --hostname node1 --ip $node1 --link connect:$sock \
+		--results "$results/node1" --bind "$keys" "${node1_cmds[@]}"
+	rc1=$?
+
+	# Node 2 stops once told to; give it a minute to power off, then end it.
+	for _ in $(seq 60); do
+		kill -0 $node2_pid 2>/dev/null || break
+		sleep 1
+	done
+	if kill -0 $node2_pid 2>/dev/null; then
+		echo "$prog: node 2 did not stop; ending it" >&2
+		kill -KILL -- -$node2_pid 2>/dev/null
+	fi
+	wait $node2_pid
+	rc2=$?
+	rm -f "$sock"
+	echo "===== node 2 ($results/node2.log):"
 	cat "$results/node2.log"
-	die "node 2's qemu never listened on $sock"
+}
+
+# rxe_crash: the first kernel crash in rdma_rxe either node's console
+# holds (printed; status 0), or status 1.
+rxe_crash() {
+	for n in node1 node2; do
+		report=$(sh "$here/../harness/kernel-crash.sh" "$results/$n/serial.log") || continue
+		echo "$report" | grep -q 'rdma_rxe' || continue
+		echo "$prog: $n's kernel crashed in rdma_rxe:"
+		echo "$report"
+		return 0
+	done
+	return 1
 }
 
 node1_cmds=("$peer_script connect $keys $node2")
@@ -76,23 +112,19 @@ for c in "${commands[@]+"${commands[@]}"}"; do
 	node1_cmds+=("$peer_script mpi $node2 $c")
 done
 node1_cmds+=("$peer_script stop $node2")
-"$@" --smp 1 --hostname node1 --ip $node1 --link connect:$sock \
-	--results "$results/node1" --bind "$keys" "${node1_cmds[@]}"
-rc1=$?
 
-# Node 2 stops once told to; give it a minute to power off, then end it.
-for _ in $(seq 60); do
-	kill -0 $node2_pid 2>/dev/null || break
-	sleep 1
-done
-if kill -0 $node2_pid 2>/dev/null; then
-	echo "$prog: node 2 did not stop; ending it" >&2
-	kill -KILL -- -$node2_pid 2>/dev/null
+run_pair "$@"
+# Debian 13's rdma_rxe (6.12.117, --smp 1 under TCG) has crashed a node's
+# kernel in some runs, with stock Open MPI's registrations and with ours
+# (docs/openmpi.md, "Two nodes"): the pair runs once more, and a crash in
+# the second run fails the lane as any other failure does. Any other
+# failure is not retried.
+if { [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; } && rxe_crash; then
+	mkdir -p "$results/attempt1" &&
+		mv "$results/node1" "$results/node2" "$results/node2.log" "$results/attempt1/"
+	echo "$prog: the first run's results are in $results/attempt1; running both nodes again"
+	run_pair "$@"
 fi
-wait $node2_pid
-rc2=$?
-echo "===== node 2 ($results/node2.log):"
-cat "$results/node2.log"
 
 status=0
 [ $rc1 -eq 0 ] || status=1

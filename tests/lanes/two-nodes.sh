@@ -38,8 +38,10 @@ mpi_env() {
 	export MRN_MPI_HOSTS="$(my_address),$1"
 }
 
+# A peer that died (its kernel crashed) would hold each call for TCP's
+# whole connect timeout, minutes.
 on_peer() { # PEER COMMAND
-	dbclient "$1" "$2"
+	timeout 60 dbclient "$1" "$2"
 }
 
 cmd=${1-}
