@@ -69,8 +69,11 @@ build_debs() { # $1: version, $2: output folder
 	if [ -e "$debcache/$key/.complete" ]; then
 		say "packages $ver: cached ($debcache/$key)"
 	else
-		work=$(mktemp -d)
-		mkdir "$work/src"
+		# One folder a version, the same every run: the compiler cache
+		# (quickstart.sh) then finds the objects of unchanged sources,
+		# whose command lines name the folder (-ffile-prefix-map).
+		work=$debcache/build-$ver
+		rm -rf "$work" && mkdir -p "$work/src" || return 1
 		(cd "$srcdir" && files | cpio -0pdm --quiet "$work/src") || return 1
 		if [ "$ver" != "$v1" ]; then
 			sed -i "s/^AC_INIT(\[mrnotify\], \[$v1\]/AC_INIT([mrnotify], [$ver]/" "$work/src/configure.ac"
