@@ -109,6 +109,12 @@ static ucs_config_field_t mrn_ucx_config_table[] = {
 	 "Print the plugin's statistics (checks, drains, ranges invalidated, regions\n"
 	 "watched) to stderr when the process exits.",
 	 ucs_offsetof(mrn_ucx_config_t, stats), UCS_CONFIG_TYPE_BOOL},
+	{"LOOKUP_HOOK", "y",
+	 "Where the running UCX has an external validity hook in its registration\n"
+	 "cache (ucs_rcache_set_external_validity: a patch proposed to UCX, see\n"
+	 "ucx-plugin/upstream/), hand each cache the kernel's counter, so that every\n"
+	 "lookup checks it. n: do not (the UCP entry-point checks remain).",
+	 ucs_offsetof(mrn_ucx_config_t, lookup_hook), UCS_CONFIG_TYPE_BOOL},
 	{NULL}};
 
 UCS_CONFIG_DECLARE_TABLE(mrn_ucx_config_table, "mrnotify (kernel memory events)", "MRNOTIFY_",
@@ -308,6 +314,7 @@ __attribute__((constructor)) static void mrn_ucx_init(void)
 	mrn_ucx.real_init = (mrn_ucx_init_fn)mrn_ucx_resolve("ucp_init_version");
 	mrn_ucx.real_set_handler = (mrn_ucx_set_handler_fn)mrn_ucx_resolve("ucm_set_event_handler");
 	mrn_ucx_entries_resolve();
+	mrn_ucx_hook_resolve();
 	/* Before UCX registers its own (fork.c says why). */
 	mrn_ucx_fork_handlers();
 
@@ -346,17 +353,24 @@ __attribute__((destructor)) static void mrn_ucx_fini(void)
 		 * One write(2): the ranks of a job share one stderr, and an
 		 * unbuffered fprintf writes in pieces that interleave.
 		 */
-		char line[1024];
-		int n = snprintf(
+		char line[1024], hook[96] = "";
+		int n;
+
+		/* Only where UCX has the hook: stock UCX's line is unchanged. */
+		if (mrn_ucx_hook_present())
+			snprintf(hook, sizeof(hook),
+				 " (through UCX's lookup hook %" PRIu64 ", its refreshes %" PRIu64 ")",
+				 s->hooked, s->hook_refreshes);
+		n = snprintf(
 			line, sizeof(line),
 			"libmrnotify-ucx: pid %d: %s, checks %" PRIu64 ", entry checks %" PRIu64
 			", drains %" PRIu64 ", ranges invalidated %" PRIu64
 			", regions watched %" PRIu64 " (of them sharing a watch %" PRIu64
 			"; unwatched %" PRIu64 ", watches dirty at removal %" PRIu64
-			"), watch failures %" PRIu64 ", rcaches %" PRIu64 "%s%s\n",
+			"), watch failures %" PRIu64 ", rcaches %" PRIu64 "%s%s%s\n",
 			(int)getpid(), state == MRN_UCX_STATE_ACTIVE ? "active" : "inactive",
 			s->checks, s->entry_checks, s->drains, s->ranges, s->watched, s->shared,
-			s->unwatched, s->unwatched_dirty, s->watch_failures, s->rcaches,
+			s->unwatched, s->unwatched_dirty, s->watch_failures, s->rcaches, hook,
 			state == MRN_UCX_STATE_ACTIVE ? "" : "; ",
 			state == MRN_UCX_STATE_ACTIVE ? ""
 			: state == MRN_UCX_STATE_OFF  ? "UCX_MRNOTIFY_ENABLE=no"

@@ -49,6 +49,8 @@ static void mrn_ucx_fork_child(void)
 		mrn_ucx.epoch++;
 		mrn_ucx.child_reopen = 1;
 		mrn_ucx_hot_follow(&mrn_ucx_forked, 0);
+		/* Before any lookup: the parent's word is not mapped here. */
+		mrn_ucx_hook_follow();
 	}
 	pthread_mutex_unlock(&mrn_ucx.lock);
 }
@@ -80,6 +82,7 @@ void mrn_ucx_child_reopen(void)
 			 "cached",
 			 MRN_DEVICE_PATH, strerror(-rc));
 	}
+	mrn_ucx_hook_follow();
 	/*
 	 * Regions inherited from the parent were watched by the parent's
 	 * context, which will not tell us about them: out of every cache,

@@ -16,6 +16,8 @@
  *   entry_points.c   the check on every lookup: ucs_rcache_get() and (UCX
  *                    1.14 on) UCP's public entry points; the assembly is in
  *                    entry_<arch>.S, the list in entry_list.h
+ *   lookup_hook.c    UCX's own check at lookup, where libucs has the hook of
+ *                    ucx-plugin/upstream/ (not in any UCX release)
  *   fork.c           the library's fork story: prepare, parent, child
  *   verbs_fork.c     ibv_fork_init()
  *   ucx_versions.h   what changed between UCX releases (shared with the
@@ -64,6 +66,7 @@
 typedef struct mrn_ucx_config {
 	int enable; /* UCS_YES, UCS_NO or UCS_TRY */
 	int stats;
+	int lookup_hook; /* use UCX's lookup hook where libucs has it */
 } mrn_ucx_config_t;
 
 /* One rcache we watch for: UCX's callbacks and where our per-region data is. */
@@ -79,6 +82,7 @@ typedef struct mrn_ucx_rcache {
 	ucm_event_callback_t unmapped_cb;
 	void *unmapped_arg;
 	char name[40];
+	int hooked; /* follows our word through UCX's lookup hook */
 	struct mrn_ucx_rcache *next;
 } mrn_ucx_rcache_t;
 
@@ -113,6 +117,8 @@ typedef struct mrn_ucx_stats {
 	uint64_t unwatched_dirty; /* watches removed that had gone invalid, undrained */
 	uint64_t watch_failures;  /* regions kept out of their cache instead */
 	uint64_t rcaches;         /* rcaches created with our callbacks */
+	uint64_t hooked;          /* ... of them checked by UCX's lookup hook */
+	uint64_t hook_refreshes;  /* the hook's calls to drain */
 } mrn_ucx_stats_t;
 
 /* What activation decided. */
@@ -142,8 +148,9 @@ typedef ucs_status_t (*mrn_ucx_set_handler_fn)(int, int, ucm_event_callback_t, v
  *    refusal, why. Read state with mrn_ucx_state().
  *  - Guarded by lock (held across fork(): fork.c): watch, child_reopen, epoch, selftest_seen, the slot
  *    table (slots, nslots, slot_cap, free_slot, hash), rcaches, and the
- *    statistics but for the three counted with atomics from paths that do
- *    not take it (checks, entry_checks, watch_failures: mrn_ucx_count).
+ *    statistics but for the four counted with atomics from paths that do
+ *    not take it (checks, entry_checks, watch_failures, hook_refreshes:
+ *    mrn_ucx_count).
  *  - mrn_ucx_hot (entry_hot.h): read without any lock by the hit paths;
  *    generation and seen are stored with atomics, seen only under lock.
  * The lock is never held while UCX takes a lock of its own that UCX may
@@ -230,6 +237,12 @@ int mrn_ucx_self_test(const char **why);
 
 /* entry_points.c */
 void mrn_ucx_entries_resolve(void);
+
+/* lookup_hook.c; attach and follow with the lock held */
+void mrn_ucx_hook_resolve(void);
+int mrn_ucx_hook_present(void);
+void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc);
+void mrn_ucx_hook_follow(void);
 
 /* fork.c */
 void mrn_ucx_fork_handlers(void);

@@ -216,6 +216,7 @@ MRN_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
 	rc->next = mrn_ucx.rcaches;
 	mrn_ucx.rcaches = rc;
 	mrn_ucx.stats.rcaches++;
+	mrn_ucx_hook_attach(rc);
 	pthread_mutex_unlock(&mrn_ucx.lock);
 	ucs_debug("mrnotify: rcache %s (%p): regions watched by %s", rc->name, (void *)rc->rcache,
 		  MRN_DEVICE_PATH);

@@ -187,7 +187,30 @@ bench.mpi_sweep_plugin_vs_stock|mpi|plugin|$SWEEP_ENV sh $here/../apps/sweep-com
 # registrations: UCP's cache hits never call ucs_rcache_get. With them, the
 # MPI case of stock UCX (its hooks on, no plugin), which misses the raw
 # system calls (run here on 1.18.1 only).
-if [ -n "$noentry" ]; then
+# A UCX with the lookup hook of ucx-plugin/upstream/ (a patched build,
+# LD_LIBRARY_PATH): the plugin without entry checks is then fresh through
+# the hook alone, and stale or corrupt with the hook turned off.
+ucx_has_lookup_hook() {
+	libucp=$(ldd "$STALE" 2>/dev/null | awk '/libucp\.so/ { print $3; exit }')
+	[ -n "$libucp" ] && nm -D --defined-only "${libucp%/*}"/libucs.so.0 2>/dev/null |
+		grep -q ' ucs_rcache_set_external_validity$'
+}
+if [ -n "$noentry" ] && ucx_has_lookup_hook; then
+	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
+	NOENTRY_NOHOOK="env MRNOTIFY_UCX_PLUGIN=$noentry UCX_MRNOTIFY_LOOKUP_HOOK=n $PLUGIN"
+	ALL_CASES="$ALL_CASES
+hook.ucp_no_entry_checks_lookup_hook|-|stat:through UCX's lookup hook 1,|$NOENTRY $STALE --api=ucp --unmap=raw --expect=fresh
+hook.ucp_no_entry_checks_hook_off_shows_stale_hit|-|plugin|$NOENTRY_NOHOOK $STALE --api=ucp --unmap=raw --expect=stale
+hook.ucp_no_entry_checks_lookup_hook_forked_child|-|ranges2|$NOENTRY $STALE --api=ucp --unmap=raw --expect=fresh --fork
+hook.xfer_rc_put_dst_no_entry_checks_lookup_hook|rxe|ranges|$RXE $NOENTRY $XFER --op=put --remap=dst --unmap=raw --expect=correct
+hook.xfer_rc_put_dst_no_entry_checks_hook_off_corrupts|rxe|plugin|$RXE $NOENTRY_NOHOOK $XFER --op=put --remap=dst --unmap=raw --expect=corrupt
+hook.xfer_rc_tag_both_raw_no_entry_checks_lookup_hook|rxe|ranges|$RXE $NOENTRY $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
+hook.thp_pingpong_no_entry_checks_lookup_hook|rxe|-|$RXE sh $here/ucx-thp.sh $NOENTRY -- $THP --passes=4
+hook.mpi_pml_ucx_rc_no_entry_checks_lookup_hook|mpi|ranges2|$MPIRUN $NOENTRY $MPI --expect=correct
+hook.mpi_pml_ucx_rc_storm_no_entry_checks_lookup_hook|mpi|ranges2|$MPIRUN $NOENTRY $STORM --expect=correct
+hook.mpi_pml_ucx_rc_no_entry_checks_hook_off_corrupts|mpi|plugin|$MPIRUN $NOENTRY_NOHOOK $MPI --expect=corrupt
+"
+elif [ -n "$noentry" ]; then
 	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
 	ALL_CASES="$ALL_CASES
 cache.ucp_no_entry_checks_shows_stale_hit|rxe|plugin|$NOENTRY $STALE --api=ucp --unmap=raw --expect=stale
