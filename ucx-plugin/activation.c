@@ -91,7 +91,12 @@ struct mrn_ucx_globals mrn_ucx = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 };
 const volatile uint64_t mrn_ucx_still;
-const volatile uint64_t mrn_ucx_forked = 1;
+/*
+ * A value no watch's word takes (they count up from 0): a cache that UCX's
+ * lookup hook points here in a forked child, and that notes this value at
+ * its refresh, cannot then look current against the child's own word.
+ */
+const volatile uint64_t mrn_ucx_forked = UINT64_MAX;
 
 static ucs_config_field_t mrn_ucx_config_table[] = {
 	{"ENABLE", "try",

@@ -56,8 +56,8 @@ void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc)
 /*
  * With the lock held, after the word changed (a forked child's, then its
  * own watch's): every hooked cache follows it. A refresh in progress ends
- * by noting the old word's value, which differs from the new one's, so
- * the next lookup refreshes once more, and finds nothing to drain.
+ * by noting the forked word's value, which the new word never takes
+ * (mrn_ucx_forked), so the next lookup refreshes once more.
  */
 void mrn_ucx_hook_follow(void)
 {

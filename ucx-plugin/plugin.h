@@ -188,7 +188,7 @@ extern struct mrn_ucx_globals mrn_ucx;
 
 /* Never moves: the hit paths compare it when the plugin is inactive. */
 extern const volatile uint64_t mrn_ucx_still;
-/* Reads 1 while seen is 0: makes a forked child's next lookup reopen. */
+/* Never equals seen (0): makes a forked child's next lookup reopen. */
 extern const volatile uint64_t mrn_ucx_forked;
 
 static inline mrn_ucx_state_t mrn_ucx_state(void)

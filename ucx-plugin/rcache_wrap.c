@@ -227,8 +227,11 @@ MRN_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
 {
 	mrn_ucx_rcache_t **pp, *rc = NULL;
 
-	/* UCX deregisters the remaining regions through our callbacks. */
-	mrn_ucx.real_destroy(rcache);
+	/*
+	 * Out of the list before UCX frees the cache: a fork or a forked
+	 * child's reopen walks the list and points each cache at a new word
+	 * (lookup_hook.c).
+	 */
 	pthread_mutex_lock(&mrn_ucx.lock);
 	for (pp = &mrn_ucx.rcaches; *pp != NULL; pp = &(*pp)->next) {
 		if ((*pp)->rcache == rcache) {
@@ -238,6 +241,8 @@ MRN_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
 		}
 	}
 	pthread_mutex_unlock(&mrn_ucx.lock);
+	/* UCX deregisters the remaining regions through our callbacks (rc). */
+	mrn_ucx.real_destroy(rcache);
 	free(rc);
 }
 

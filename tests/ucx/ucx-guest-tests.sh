@@ -150,7 +150,8 @@ have_mpi() { command -v mpirun >/dev/null 2>&1 && [ -x "$MPI" ]; }
 #   CHECK: - (exit status only) | plugin (active) | ranges (active and
 #          invalidated a range) | ranges2 (two processes did) | inactive
 #          (every process's plugin inactive) | stat:TEXT (active, and the
-#          statistics line contains TEXT)
+#          statistics line contains TEXT) | hooked, hooked2 (ranges, ranges2,
+#          and UCX's lookup hook called the plugin's drain in as many)
 ALL_CASES="
 cache.ucp_plugin_libc|-|ranges|$PLUGIN $STALE --api=ucp --unmap=libc --expect=fresh
 cache.ucp_preloaded_as_the_modulefile_does|-|ranges|$MODULE_ENV $STALE --api=ucp --unmap=raw --expect=fresh
@@ -199,16 +200,16 @@ if [ -n "$noentry" ] && ucx_has_lookup_hook; then
 	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
 	NOENTRY_NOHOOK="env MRNOTIFY_UCX_PLUGIN=$noentry UCX_MRNOTIFY_LOOKUP_HOOK=n $PLUGIN"
 	ALL_CASES="$ALL_CASES
-hook.ucp_no_entry_checks_lookup_hook|-|stat:through UCX's lookup hook 1,|$NOENTRY $STALE --api=ucp --unmap=raw --expect=fresh
-hook.ucp_no_entry_checks_hook_off_shows_stale_hit|-|plugin|$NOENTRY_NOHOOK $STALE --api=ucp --unmap=raw --expect=stale
-hook.ucp_no_entry_checks_lookup_hook_forked_child|-|ranges2|$NOENTRY $STALE --api=ucp --unmap=raw --expect=fresh --fork
-hook.xfer_rc_put_dst_no_entry_checks_lookup_hook|rxe|ranges|$RXE $NOENTRY $XFER --op=put --remap=dst --unmap=raw --expect=correct
+hook.ucp_no_entry_checks_lookup_hook|rxe|hooked|$NOENTRY $STALE --api=ucp --unmap=raw --expect=fresh
+hook.ucp_no_entry_checks_hook_off_shows_stale_hit|rxe|plugin|$NOENTRY_NOHOOK $STALE --api=ucp --unmap=raw --expect=stale
+hook.xfer_rc_put_dst_no_entry_checks_lookup_hook|rxe|hooked|$RXE $NOENTRY $XFER --op=put --remap=dst --unmap=raw --expect=correct
 hook.xfer_rc_put_dst_no_entry_checks_hook_off_corrupts|rxe|plugin|$RXE $NOENTRY_NOHOOK $XFER --op=put --remap=dst --unmap=raw --expect=corrupt
-hook.xfer_rc_tag_both_raw_no_entry_checks_lookup_hook|rxe|ranges|$RXE $NOENTRY $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
+hook.xfer_rc_tag_both_raw_no_entry_checks_lookup_hook|rxe|hooked|$RXE $NOENTRY $XFER --op=tag --remap=both --unmap=raw --size=1000000 --expect=correct
 hook.thp_pingpong_no_entry_checks_lookup_hook|rxe|-|$RXE sh $here/ucx-thp.sh $NOENTRY -- $THP --passes=4
-hook.mpi_pml_ucx_rc_no_entry_checks_lookup_hook|mpi|ranges2|$MPIRUN $NOENTRY $MPI --expect=correct
-hook.mpi_pml_ucx_rc_storm_no_entry_checks_lookup_hook|mpi|ranges2|$MPIRUN $NOENTRY $STORM --expect=correct
+hook.mpi_pml_ucx_rc_no_entry_checks_lookup_hook|mpi|hooked2|$MPIRUN $NOENTRY $MPI --expect=correct
+hook.mpi_pml_ucx_rc_storm_no_entry_checks_lookup_hook|mpi|hooked2|$MPIRUN $NOENTRY $STORM --expect=correct
 hook.mpi_pml_ucx_rc_no_entry_checks_hook_off_corrupts|mpi|plugin|$MPIRUN $NOENTRY_NOHOOK $MPI --expect=corrupt
+mpi.pml_ucx_rc_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $MPI --expect=corrupt
 "
 elif [ -n "$noentry" ]; then
 	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
@@ -264,6 +265,18 @@ stats_ok() {
 		need=0 ;;
 	ranges) need=1 ;;
 	ranges2) need=2 ;;
+	hooked | hooked2)
+		# UCX's lookup hook checked a cache and called our drain, in
+		# as many processes as must also have invalidated a range.
+		need=1
+		[ "$check" = hooked2 ] && need=2
+		hooked=$(sed -n "s/^libmrnotify-ucx: pid [0-9]*: active, .*through UCX's lookup hook \([0-9]*\), its refreshes \([0-9]*\)).*/\1 \2/p" "$out" |
+			awk '$1 > 0 && $2 > 0' | wc -l)
+		if [ "$hooked" -lt $need ]; then
+			echo "expected $need process(es) whose caches UCX's lookup hook checked and refreshed through the plugin, saw $hooked"
+			return 1
+		fi
+		;;
 	*) need=0 ;;
 	esac
 	if [ "$ranged" -lt $need ]; then
