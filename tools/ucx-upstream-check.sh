@@ -49,11 +49,14 @@ if [ $check_only = yes ]; then
 	exit 0
 fi
 
-if [ ! -e "$tree/.patched" ]; then
+# The tree and the build are kept for the patch they were made with: a
+# changed patch makes both anew.
+sum=$(md5sum <"$patch" | cut -d' ' -f1)
+if [ "$(cat "$tree/.patched" 2>/dev/null)" != "$sum" ]; then
 	rm -rf "$tree" && mkdir -p "$tree" || exit 1
 	git -C "$git" archive "$tag" | tar -x -C "$tree" || exit 1
 	(cd "$tree" && patch -p1 -s <"$patch") || { echo "$prog: the patch does not apply to $tag" >&2; exit 1; }
-	: >"$tree/.patched"
+	echo "$sum" >"$tree/.patched"
 fi
 ver=$(sed -n 's/^define(\[ucx_ver_\(major\|minor\|patch\)\], \([0-9]*\)).*/\2/p' "$tree/configure.ac" | paste -sd.)
 prefix=${MRNOTIFY_UCX_DIR:-/opt/mrnotify-ucx}/ucx-$ver-ext
@@ -62,14 +65,14 @@ stacks=$srcdir/tests/harness/stacks.sh
 mkdir -p "$prefix" || exit 1
 in_root() { (cd "$tree" && nice "$stacks" run 6.12 --bind "$srcdir" --bind "$tree" --bind "${prefix%/*}" "$@"); }
 
-if [ ! -e "$prefix/.complete" ]; then
+if [ "$(cat "$prefix/.complete" 2>/dev/null)" != "$sum" ]; then
 	echo "$prog: building UCX $ver with the patch into $prefix"
 	in_root sh -c "./autogen.sh && ./configure --prefix='$prefix' --disable-debug \
 		--disable-assertions --disable-params-check --enable-mt --with-verbs --with-rdmacm \
 		--without-cuda --without-rocm --without-ze --without-java --without-go \
 		--disable-doxygen-doc && make -j2 && make install" >"$tree/build.log" 2>&1 ||
 		{ tail -n 30 "$tree/build.log"; echo "$prog: UCX $ver did not build ($tree/build.log)" >&2; exit 1; }
-	: >"$prefix/.complete"
+	echo "$sum" >"$prefix/.complete"
 fi
 
 # rcache.inl and rcache_int.h come from the tree: UCX installs neither.
