@@ -28,10 +28,12 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ -n "$srcdir" ] && [ -n "$git" ] || { echo "usage: $prog --srcdir DIR --ucx-git CLONE [--tag TAG] [--check-only]" >&2; exit 2; }
-# UCX 1.21 keeps pending invalidations in an interval tree, not a queue:
-# from there on the patch's -v1.22 form.
+# The patch's forms: 1.18 and 1.19 (a queue of pending invalidations, a
+# pthread rwlock on the page table); 1.20.1 (the queue, a spinning rwlock);
+# 1.21 on (an interval tree, not a queue: the -v1.22 form).
 case $tag in
-v1.1[0-9].*|v1.20.*) patch=$srcdir/ucx-plugin/upstream/0001-ucs-rcache-external-validity-source.patch ;;
+v1.1[0-9].*) patch=$srcdir/ucx-plugin/upstream/0001-ucs-rcache-external-validity-source.patch ;;
+v1.20.*) patch=$srcdir/ucx-plugin/upstream/0001-ucs-rcache-external-validity-source-v1.20.patch ;;
 *) patch=$srcdir/ucx-plugin/upstream/0001-ucs-rcache-external-validity-source-v1.22.patch ;;
 esac
 cache=${MRNOTIFY_STACKS_DIR:-/var/cache/mrnotify-stacks}
