@@ -10,13 +10,15 @@
 #   sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX...
 #
 # SWEEP_ARGS (environment): arguments for MPI_SWEEP (--max=BYTES,
-# --iters=N), for a shorter sweep.
+# --iters=N), for a shorter sweep; SWEEP_ITERS=N adds --iters=N (a word
+# of its own, for callers that pass the environment as env's words).
 set -u
 [ $# -ge 4 ] || { echo "usage: sweep-compare.sh REGCOUNT.so MPI_SWEEP LAUNCH... -- PREFIX..." >&2; exit 2; }
 regcount=$1 sweep=$2
 shift 2
 . "$(dirname "$0")/compare-lib.sh"
 split_launch "$@"
+[ -n "${SWEEP_ITERS:-}" ] && SWEEP_ARGS="${SWEEP_ARGS:-} --iters=$SWEEP_ITERS"
 make_work
 
 # run NAME PREFIX...
