@@ -11,19 +11,28 @@
 #      it with the external source set (a replaced buffer must miss, in
 #      UCP's inline lookup and in ucs_rcache_get) and without (the negative
 #      control: the old region comes back).
+#   4. with --guest BUILDDIR (a build of this tree in the Debian 13 root,
+#      as make check-debian13 leaves in _build/debian13, with mrnotify.ko
+#      and the UCX tests built): boots Debian 13's kernel on that root with
+#      rxe0 and runs ucx-guest-tests.sh's hook group against the patched
+#      UCX (the plugin without entry points, fresh through UCX's hook, and
+#      stale or corrupt with it turned off), then, on the root's stock UCX,
+#      that plugin's stale control and the plugin itself.
 # With --check-only it only says whether the patch applies to TAG.
 #
-# Usage: ucx-upstream-check.sh --srcdir DIR --ucx-git CLONE [--tag TAG] [--check-only]
+# Usage: ucx-upstream-check.sh --srcdir DIR --ucx-git CLONE [--tag TAG]
+#                              [--check-only] [--guest BUILDDIR]
 set -u -o pipefail
 prog=$(basename "$0")
-srcdir= git= tag=v1.18.1 check_only=no
+srcdir= git= tag=v1.18.1 check_only=no guest=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--srcdir) srcdir=$(readlink -f "$2"); shift 2 ;;
 	--ucx-git) git=$(readlink -f "$2"); shift 2 ;;
 	--tag) tag=$2; shift 2 ;;
 	--check-only) check_only=yes; shift ;;
-	-h|--help) sed -n '4,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--guest) guest=$(readlink -f "$2"); shift 2 ;;
+	-h|--help) sed -n '4,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -94,4 +103,22 @@ for mode in --with-source --without-source; do
 		status=1
 	fi
 done
+[ -n "$guest" ] || exit $status
+
+# The plugin against the patched UCX in a guest.
+eval "$("$stacks" env 6.12)" || exit 1
+g=$guest
+for f in "$g/kernel/mrnotify.ko" "$g/ucx-plugin/.libs/libmrnotify-ucx.so" \
+	"$g/tests/ucx/.libs/libmrnotify-ucx-noentry.so" "$g/tests/ucx/ucx_stale"; do
+	[ -e "$f" ] || { echo "$prog: no $f (make check-debian13, or make -C tests check in the root)" >&2; exit 1; }
+done
+tests="/bin/bash $srcdir/tests/ucx/ucx-guest-tests.sh --plugin $g/ucx-plugin/.libs/libmrnotify-ucx.so \
+--run $g/ucx-plugin/mrnotify-ucx-run --noentry $g/tests/ucx/.libs/libmrnotify-ucx-noentry.so \
+--libdir $g/lib/.libs --bin $g/tests/ucx --benchdir $g/bench"
+"$srcdir/tests/harness/run-in-guest.sh" --root "$STACK_ROOT" --modules-root "$STACK_MODULES_ROOT" \
+	--release "$STACK_RELEASE" --kernel-image "$STACK_IMAGE" --module "$g/kernel/mrnotify.ko" \
+	--rxe --cwd "$g/tests" --bind "$srcdir" --bind "$g" --bind "${prefix%/*}" \
+	--results "$g/ucx-hook-results" \
+	"env LD_LIBRARY_PATH=$prefix/lib $tests hook" \
+	"$tests cache.ucp_no_entry_checks_shows_stale_hit cache.ucp_plugin_raw_syscalls" || status=1
 exit $status
