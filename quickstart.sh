@@ -58,9 +58,9 @@ install_packages() {
 
 # A compiler cache next to the cached roots: a clean clone (CI's) builds
 # the tree four times over (the tree, two sanitizer builds, distcheck) and
-# the packages twice; unchanged sources then come from the cache. The
-# packages build in a new temporary directory each time, hence no
-# directory in the hash. MRNOTIFY_CCACHE=no: compile everything.
+# the packages twice; unchanged sources then come from the cache. No
+# directory in the hash: distcheck's copy of the tree builds in a folder of
+# its own. MRNOTIFY_CCACHE=no: compile everything.
 use_ccache() {
 	[ "${MRNOTIFY_CCACHE:-yes}" = no ] && return 0
 	[ -x /usr/bin/ccache ] && [ -d /usr/lib/ccache ] || return 0

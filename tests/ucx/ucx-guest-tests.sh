@@ -194,12 +194,13 @@ bench.mpi_sweep_plugin_vs_stock|mpi|plugin|$SWEEP_ENV sh $here/../apps/sweep-com
 # LD_LIBRARY_PATH): the plugin without entry checks is then fresh through
 # the hook alone, and stale or corrupt with the hook turned off.
 ucx_has_lookup_hook() {
-	libucp=$(ldd "$STALE" 2>/dev/null | awk '/libucp\.so/ { print $3; exit }')
-	[ -n "$libucp" ] && nm -D --defined-only "${libucp%/*}"/libucs.so.0 2>/dev/null |
+	hook_libucp=$(ldd "$STALE" 2>/dev/null | awk '/libucp\.so/ { print $3; exit }')
+	[ -n "$hook_libucp" ] && nm -D --defined-only "${hook_libucp%/*}"/libucs.so.0 2>/dev/null |
 		grep -q ' ucs_rcache_set_external_validity$'
 }
+NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
+STOCK_MPI_CONTROL="mpi.pml_ucx_rc_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $MPI --expect=corrupt"
 if [ -n "$noentry" ] && ucx_has_lookup_hook; then
-	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
 	NOENTRY_NOHOOK="env MRNOTIFY_UCX_PLUGIN=$noentry UCX_MRNOTIFY_LOOKUP_HOOK=n $PLUGIN"
 	ALL_CASES="$ALL_CASES
 hook.ucp_no_entry_checks_lookup_hook|rxe|hooked|$NOENTRY $STALE --api=ucp --unmap=raw --expect=fresh
@@ -211,15 +212,14 @@ hook.thp_pingpong_no_entry_checks_lookup_hook|rxe|-|$RXE sh $here/ucx-thp.sh $NO
 hook.mpi_pml_ucx_rc_no_entry_checks_lookup_hook|mpi|hooked2|$MPIRUN $NOENTRY $MPI --expect=correct
 hook.mpi_pml_ucx_rc_storm_no_entry_checks_lookup_hook|mpi|hooked2|$MPIRUN $NOENTRY $STORM --expect=correct
 hook.mpi_pml_ucx_rc_no_entry_checks_hook_off_corrupts|mpi|plugin|$MPIRUN $NOENTRY_NOHOOK $MPI --expect=corrupt
-mpi.pml_ucx_rc_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $MPI --expect=corrupt
+$STOCK_MPI_CONTROL
 "
 elif [ -n "$noentry" ]; then
-	NOENTRY="env MRNOTIFY_UCX_PLUGIN=$noentry $PLUGIN"
 	ALL_CASES="$ALL_CASES
 cache.ucp_no_entry_checks_shows_stale_hit|rxe|plugin|$NOENTRY $STALE --api=ucp --unmap=raw --expect=stale
 xfer.rc_put_dst_no_entry_checks_corrupts|rxe|plugin|$RXE $NOENTRY $XFER --op=put --remap=dst --unmap=raw --expect=corrupt
 mpi.pml_ucx_rc_no_entry_checks_corrupts|mpi|plugin|$MPIRUN $NOENTRY $MPI --expect=corrupt
-mpi.pml_ucx_rc_stock_hooks_miss_raw_syscalls|mpi|-|$MPIRUN $MPI --expect=corrupt
+$STOCK_MPI_CONTROL
 "
 fi
 
