@@ -22,11 +22,19 @@
 #         that root, the kernel's headers bound in.
 #   arm64 not a kernel: a Debian 13 root with arm64 as a foreign
 #         architecture (the cross compiler, qemu-user, arm64 UCX 1.18.1) under
-#         $MRNOTIFY_STACKS_DIR/trixie-arm64-cross, for tools/arm64-check.sh.
+#         $MRNOTIFY_STACKS_DIR/trixie-arm64-cross, for tests/lanes/check-arm64.sh.
+#   arm64-run not a kernel: a Debian 13 arm64 root (every program in it is
+#         arm64: UCX 1.18.1's ucx_info, the shell, coreutils), run through
+#         binfmt_misc by a static qemu-aarch64, under
+#         $MRNOTIFY_STACKS_DIR/trixie-arm64-run: the plugin's host tests.
+#   arm64-deb not a kernel: a Debian 12 root with arm64 as a foreign
+#         architecture and the packages' build dependencies for arm64, under
+#         $MRNOTIFY_STACKS_DIR/bookworm-arm64-deb: dpkg-buildpackage -aarm64.
 #
 # Usage:
 #   stacks.sh fetch KERNEL...           make what is missing (5.10, 6.12,
-#                                       7.2, 7.3, forky, all; arm64)
+#                                       7.2, 7.3, forky, all; arm64,
+#                                       arm64-run, arm64-deb)
 #   stacks.sh env KERNEL                print the stack's paths as shell
 #                                       assignments (STACK_RELEASE, STACK_ROOT,
 #                                       STACK_MODULES_ROOT, STACK_IMAGE,
@@ -35,9 +43,9 @@
 #   stacks.sh build-module KERNEL SRC OUT
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
-#   stacks.sh run 6.12|forky|arm64 [--bind DIR]... CMD...
+#   stacks.sh run 6.12|forky|arm64|arm64-run|arm64-deb [--bind DIR]... CMD...
 #                                       run CMD in a chroot of the Debian 13
-#                                       (forky, arm64) root, in the current
+#                                       (forky, arm64...) root, in the current
 #                                       directory; it and each DIR are the
 #                                       host's, bound in; what CMD writes
 #                                       elsewhere is thrown away
@@ -409,7 +417,7 @@ build_forky() { # $1: out dir
 # --- arm64: Debian 13's cross compiler and arm64 libraries ----------------------
 
 # Not a kernel: a Debian 13 amd64 root with arm64 as a foreign architecture,
-# for tools/arm64-check.sh: the cross compiler (gcc 14), qemu-user, and the
+# for tests/lanes/check-arm64.sh: the cross compiler (gcc 14), qemu-user, and the
 # arm64 UCX (1.18.1), GoogleTest and verbs the library and the plugin are
 # built against. Debian 12's cross compiler (gcc 12) cannot use Debian 13's
 # arm64 libraries (glibc 2.41, libstdc++ 14).
@@ -434,6 +442,82 @@ fetch_arm64() {
 	: >"$a_root/.complete"
 }
 
+# --- arm64-run: a Debian 13 arm64 root, emulated ---------------------------------
+
+# Every program in it is arm64, so that scripts can start UCX programs with
+# the arm64 plugin preloaded (qemu-aarch64 run by hand follows no child:
+# a script's children would be the host's amd64 programs). The kernel
+# starts each through binfmt_misc; the interpreter must be static and
+# registered with the F flag (opened at registration), since the chroot
+# holds no amd64 libraries: Debian's qemu-user-static and binfmt-support.
+r_root=$cache/trixie-arm64-run
+r_packages=ucx-utils,libucx0,libibverbs1,libstdc++6,file
+r_ok() { root_ok arm64-run "$r_root" "$r_packages"; }
+
+# Can this machine run arm64 programs in a chroot? (the reason if not)
+r_binfmt() {
+	local f=/proc/sys/fs/binfmt_misc/qemu-aarch64
+	if [ ! -e /proc/sys/fs/binfmt_misc/status ]; then
+		mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null ||
+			{ echo "binfmt_misc is not mounted and cannot be"; return 1; }
+	fi
+	if [ ! -e "$f" ] && command -v update-binfmts >/dev/null; then
+		update-binfmts --enable qemu-aarch64 >/dev/null 2>&1
+	fi
+	[ -e "$f" ] || { echo "no qemu-aarch64 in binfmt_misc (apt-get install qemu-user-static binfmt-support)"; return 1; }
+	grep -q '^enabled' "$f" || { echo "binfmt_misc's qemu-aarch64 is disabled"; return 1; }
+	grep -q '^flags:.*F' "$f" ||
+		{ echo "binfmt_misc's qemu-aarch64 lacks the F flag (a chroot would not find it)"; return 1; }
+}
+
+r_make() {
+	command -v mmdebstrap >/dev/null || { say "arm64-run: mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
+	rm -rf "$r_root.tmp"
+	nice mmdebstrap --quiet --variant=apt --architectures=arm64 \
+		--include="$r_packages" trixie "$r_root.tmp" "deb $(mirror) trixie main" ||
+		{ rm -rf "$r_root.tmp"; return 3; }
+	rm -rf "$r_root" && mv "$r_root.tmp" "$r_root"
+}
+
+fetch_arm64run() {
+	local why
+	why=$(r_binfmt) || { say "arm64-run: $why"; return 3; }
+	r_ok && { say "arm64-run: cached in $r_root"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "arm64-run: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	mkdir -p "$cache" || return 1
+	timed "arm64-run: Debian 13 arm64 root, emulated (mmdebstrap)" r_make || return $?
+	: >"$r_root/.complete"
+}
+
+# --- arm64-deb: Debian 12's cross tools and arm64 build dependencies -----------
+
+# The packages are Debian 12's (debian/control: UCX 1.13, Open MPI 4.1), so
+# their arm64 build is too: crossbuild-essential-arm64 (gcc 12) and
+# debian/control's Build-Depends for arm64. debian/rules asks ompi_info and
+# mpicc, which are then arm64 programs: binfmt_misc runs them (as arm64-run).
+d_root=$cache/bookworm-arm64-deb
+d_packages=crossbuild-essential-arm64,debhelper,dh-dkms,dpkg-dev,autoconf,automake,libtool,chrpath,pkgconf,linux-libc-dev:arm64,libgtest-dev:arm64,libibverbs-dev:arm64,libfabric-dev:arm64,libucx-dev:arm64,libopenmpi-dev:arm64,openmpi-bin:arm64,lintian
+d_ok() { root_ok arm64-deb "$d_root" "$(echo "$d_packages" | sed 's/:arm64//g')"; }
+
+d_make() {
+	command -v mmdebstrap >/dev/null || { say "arm64-deb: mmdebstrap is missing (apt-get install mmdebstrap)"; return 3; }
+	rm -rf "$d_root.tmp"
+	nice mmdebstrap --quiet --variant=apt --architectures=amd64,arm64 \
+		--include="$d_packages" bookworm "$d_root.tmp" "deb $(mirror) bookworm main" ||
+		{ rm -rf "$d_root.tmp"; return 3; }
+	rm -rf "$d_root" && mv "$d_root.tmp" "$d_root"
+}
+
+fetch_arm64deb() {
+	local why
+	why=$(r_binfmt) || { say "arm64-deb: $why"; return 3; }
+	d_ok && { say "arm64-deb: cached in $d_root"; return 0; }
+	[ "${MRNOTIFY_STACKS:-}" = skip ] && { say "arm64-deb: not cached, MRNOTIFY_STACKS=skip"; return 3; }
+	mkdir -p "$cache" || return 1
+	timed "arm64-deb: Debian 12 root with arm64 build dependencies (mmdebstrap)" d_make || return $?
+	: >"$d_root/.complete"
+}
+
 # --- commands ---------------------------------------------------------------------
 
 kernels() { # expand "all"
@@ -442,9 +526,9 @@ kernels() { # expand "all"
 		case "$k" in
 		all) echo 5.10 6.12 7.2 7.3 forky ;;
 		5.10|6.12|7.2|7.3|forky) echo "$k" ;;
-		arm64) [ "$cmd" = fetch ] && echo "$k" ||
-			{ say "arm64 is a build root, not a kernel: fetch or run only"; exit 2; } ;;
-		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3, forky, arm64 or all)"; exit 2 ;;
+		arm64|arm64-run|arm64-deb) [ "$cmd" = fetch ] && echo "$k" ||
+			{ say "$k is a root, not a kernel: fetch or run only"; exit 2; } ;;
+		*) say "unknown kernel '$k' (5.10, 6.12, 7.2, 7.3, forky, arm64, arm64-run, arm64-deb or all)"; exit 2 ;;
 		esac
 	done
 }
@@ -456,7 +540,7 @@ fetch)
 	[ $# -gt 0 ] || set -- all
 	status=0
 	for k in $(kernels "$@"); do
-		"fetch_${k/./}" || { rc=$?; [ $status -ge $rc ] || status=$rc; }
+		"fetch_$(echo "$k" | tr -d .-)" || { rc=$?; [ $status -ge $rc ] || status=$rc; }
 	done
 	exit $status
 	;;
@@ -485,12 +569,20 @@ run)
 	6.12) t_ok || { say "6.12: not cached (run $prog fetch 6.12)"; exit 3; }; root=$t_root ;;
 	forky) f_ok || { say "forky: not cached (run $prog fetch forky)"; exit 3; }; root=$f_root ;;
 	arm64) a_ok || { say "arm64: not cached (run $prog fetch arm64)"; exit 3; }; root=$a_root ;;
-	*) say "usage: $prog run 6.12|forky|arm64 [--bind DIR]... CMD..."; exit 2 ;;
+	arm64-run)
+		why=$(r_binfmt) || { say "arm64-run: $why"; exit 3; }
+		r_ok || { say "arm64-run: not cached (run $prog fetch arm64-run)"; exit 3; }
+		root=$r_root ;;
+	arm64-deb)
+		why=$(r_binfmt) || { say "arm64-deb: $why"; exit 3; }
+		d_ok || { say "arm64-deb: not cached (run $prog fetch arm64-deb)"; exit 3; }
+		root=$d_root ;;
+	*) say "usage: $prog run 6.12|forky|arm64|arm64-run|arm64-deb [--bind DIR]... CMD..."; exit 2 ;;
 	esac
 	shift
 	binds=("$PWD")
 	while [ "${1:-}" = --bind ]; do binds+=("$(readlink -f "$2")"); shift 2; done
-	[ $# -gt 0 ] || { say "usage: $prog run 6.12|forky|arm64 [--bind DIR]... CMD..."; exit 2; }
+	[ $# -gt 0 ] || { say "usage: $prog run 6.12|forky|arm64|arm64-run|arm64-deb [--bind DIR]... CMD..."; exit 2; }
 	exec unshare -m -- "$0" __in-namespace "$root" "$PWD" "${#binds[@]}" "${binds[@]}" "$@"
 	;;
 __in-namespace)
@@ -522,7 +614,7 @@ __in-namespace)
 	exec chroot "$r" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 	;;
 *)
-	sed -n '4,44p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,55p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

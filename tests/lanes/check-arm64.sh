@@ -8,11 +8,15 @@
 # goes to BUILDDIR/arm64. One TAP result a build step, and the test
 # programs' own results.
 #
+# Then the UCX plugin's host tests (ucx-host-tests.sh) and UCX transfers
+# over shared memory and tcp with the plugin preloaded, in a second root
+# where every program is arm64 (stacks.sh's arm64-run): scripts start UCX
+# programs, and qemu-aarch64 run by hand follows no child, so there the
+# kernel starts each program through binfmt_misc.
+#
 # Not run here, and why: the kernel module (no arm64 guest: qemu-system
 # would emulate every instruction of a whole arm64 kernel, far slower than
-# the x86-64 guests), and the UCX plugin's host tests, which preload it into
-# UCX programs started by scripts (qemu-user runs one program; the scripts'
-# children would be started natively).
+# the x86-64 guests), and so every test that needs /dev/mrnotify.
 set -u -o pipefail
 src= build=
 while [ $# -gt 0 ]; do
@@ -42,6 +46,8 @@ in_root() { "$stacks" run arm64 --bind "$src" --bind "$out" "$@"; }
 progs="harness/test_pagemap_oracle lib/test_range_index lib/test_cache lib/test_model lib/test_fork
 lib/test_reader_lock lib/test_ref_deltas lib/test_capi lib/test_uffd_ranges lib/test_uffd_mappings
 lib/test_kernel_abi"
+# What the plugin's host tests load besides the plugin.
+plugin_test_libs="ucx/libfake_ucp_version.la"
 log=$out/build.log
 if in_root sh -c '
 	set -e
@@ -51,7 +57,7 @@ if in_root sh -c '
 			PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
 	fi
 	make -j"$(nproc)"
-	make -j"$(nproc)" -C tests $3' sh "$out" "$src" "$progs" >"$log" 2>&1; then
+	make -j"$(nproc)" -C tests $3' sh "$out" "$src" "$progs $plugin_test_libs" >"$log" 2>&1; then
 	pass "arm64: libmrnotify and the tests built with aarch64-linux-gnu-g++ $(in_root aarch64-linux-gnu-g++ -dumpfullversion 2>/dev/null)"
 else
 	tail -n 30 "$log" | sed 's/^/# /'
@@ -96,4 +102,16 @@ for p in $progs; do
 	note "arm64: $p under qemu-aarch64"
 	relay in_root env LD_LIBRARY_PATH="$out/lib/.libs" qemu-aarch64 -L / "$t" ${no:+--gtest_filter=-$no}
 done
+
+[ -f "$out/ucx-plugin/.libs/libmrnotify-ucx.so" ] || finish
+why=$("$stacks" fetch arm64-run 2>&1)
+case $? in
+0) ;;
+3) skip "arm64: the plugin's host tests and transfers" "$(echo "$why" | tail -n 1)"; finish ;;
+*) echo "$why" | sed 's/^/# /'; fail "arm64: the emulated arm64 root could not be made"; finish ;;
+esac
+in_arm64() { "$stacks" run arm64-run --bind "$src" --bind "$out" "$@"; }
+note "arm64: $(in_arm64 sh -c 'echo "$(uname -m), $(ucx_info -v | sed -n "s/^# Library version: /UCX /p")"')"
+relay in_arm64 sh -c 'cd "$1/tests" && BUILDDIR=$1 sh "$2/tests/ucx/ucx-host-tests.sh"' sh "$out" "$src"
+relay in_arm64 sh "$src/tests/ucx/ucx-arm64-xfer.sh" "$out"
 finish
