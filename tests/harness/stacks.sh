@@ -496,7 +496,7 @@ fetch_arm64run() {
 # debian/control's Build-Depends for arm64. debian/rules asks ompi_info and
 # mpicc, which are then arm64 programs: binfmt_misc runs them (as arm64-run).
 d_root=$cache/bookworm-arm64-deb
-d_packages=crossbuild-essential-arm64,debhelper,dh-dkms,dpkg-dev,autoconf,automake,libtool,chrpath,pkgconf,linux-libc-dev:arm64,libgtest-dev:arm64,libibverbs-dev:arm64,libfabric-dev:arm64,libucx-dev:arm64,libopenmpi-dev:arm64,openmpi-bin:arm64,lintian
+d_packages=build-essential,crossbuild-essential-arm64,debhelper,dh-dkms,dpkg-dev,autoconf,automake,libtool,chrpath,pkgconf:arm64,linux-libc-dev:arm64,libgtest-dev:arm64,libibverbs-dev:arm64,libfabric-dev:arm64,libucx-dev:arm64,libopenmpi-dev:arm64,openmpi-bin:arm64,lintian
 d_ok() { root_ok arm64-deb "$d_root" "$(echo "$d_packages" | sed 's/:arm64//g')"; }
 
 d_make() {

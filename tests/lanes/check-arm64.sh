@@ -8,6 +8,10 @@
 # goes to BUILDDIR/arm64. One TAP result a build step, and the test
 # programs' own results.
 #
+# Then the Debian packages for arm64 (Debian 12's, as debian/control says:
+# dpkg-buildpackage -aarm64 in stacks.sh's arm64-deb root), lintian, and
+# their installation there: arm64 Open MPI's ompi_info lists the component,
+# the plugin says it runs its UCX, mrnotify-check runs.
 # Then the UCX plugin's host tests (ucx-host-tests.sh) and UCX transfers
 # over shared memory and tcp with the plugin preloaded, in a second root
 # where every program is arm64 (stacks.sh's arm64-run): scripts start UCX
@@ -103,6 +107,35 @@ for p in $progs; do
 	relay in_root env LD_LIBRARY_PATH="$out/lib/.libs" qemu-aarch64 -L / "$t" ${no:+--gtest_filter=-$no}
 done
 
+debs() {
+	local why d=$out/debs
+	why=$("$stacks" fetch arm64-deb 2>&1)
+	case $? in
+	0) ;;
+	3) skip "arm64: the Debian packages" "$(echo "$why" | tail -n 1)"; return ;;
+	*) echo "$why" | sed 's/^/# /'; fail "arm64: the Debian 12 cross-build root could not be made"; return ;;
+	esac
+	command -v git >/dev/null && git -C "$src" rev-parse >/dev/null 2>&1 ||
+		{ skip "arm64: the Debian packages" "they are built from a git checkout"; return; }
+	# The source files as a clean clone has them (tracked and new).
+	rm -rf "$d" && mkdir -p "$d/src" &&
+		(cd "$src" && git ls-files -co --exclude-standard -z | cpio -0pdm --quiet "$d/src") || {
+		fail "arm64: cannot copy the source for the packages"
+		return
+	}
+	if "$stacks" run arm64-deb --bind "$d" sh -c 'cd "$1/src" &&
+		DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" dpkg-buildpackage -us -uc -B -aarm64' sh "$d" \
+		>"$d/build.log" 2>&1; then
+		pass "arm64: dpkg-buildpackage -us -uc -B -aarm64 (Debian 12): $(cd "$d" && ls -- *.deb | grep -v dbgsym | sed 's/_.*//' | tr '\n' ' ')"
+	else
+		tail -n 30 "$d/build.log" | sed 's/^/# /'
+		fail "arm64: dpkg-buildpackage -aarm64 failed (see $d/build.log)"
+		return
+	fi
+	relay "$stacks" run arm64-deb --bind "$src" --bind "$d" sh "$src/tests/lanes/arm64-debs-installed.sh" "$d"
+}
+debs
+
 [ -f "$out/ucx-plugin/.libs/libmrnotify-ucx.so" ] || finish
 why=$("$stacks" fetch arm64-run 2>&1)
 case $? in
@@ -113,5 +146,5 @@ esac
 in_arm64() { "$stacks" run arm64-run --bind "$src" --bind "$out" "$@"; }
 note "arm64: $(in_arm64 sh -c 'echo "$(uname -m), $(ucx_info -v | sed -n "s/^# Library version: /UCX /p")"')"
 relay in_arm64 sh -c 'cd "$1/tests" && BUILDDIR=$1 sh "$2/tests/ucx/ucx-host-tests.sh"' sh "$out" "$src"
-relay in_arm64 sh "$src/tests/ucx/ucx-arm64-xfer.sh" "$out"
+relay in_arm64 sh "$src/tests/ucx/ucx-perftest-preloaded.sh" "$out"
 finish
