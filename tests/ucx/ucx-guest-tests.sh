@@ -163,6 +163,8 @@ cache.ucp_plugin_raw_syscalls|-|ranges|$PLUGIN $STALE --api=ucp --unmap=raw --ex
 cache.ucp_blind_shows_stale_hit|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=stale --declare-external
 cache.ucp_no_hooks_no_plugin_is_uncached|-|-|$NOHOOKS $STALE --api=ucp --unmap=libc --expect=uncached
 cache.ucp_plugin_forked_child|-|ranges2|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh --fork
+cache.ucp_plugin_forked_after_use|-|ranges2|$PLUGIN $STALE --api=ucp --unmap=raw --expect=fresh --fork=after
+cache.ucp_forked_after_use_ucx_hooks_miss_raw_syscalls|-|-|$STALE --api=ucp --unmap=raw --expect=stale --fork=after
 cache.rcache_watch_once|-|stat:of them sharing a watch 2;|$PLUGIN $CASES --case=watch-once
 cache.rcache_failed_watch_drops_only_its_cache|-|plugin|$PLUGIN $CASES --case=failed-watch
 cache.rcache_drain_once_per_move|-|stat:drains 2,|$PLUGIN $CASES --case=drain-once

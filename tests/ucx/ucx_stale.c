@@ -16,12 +16,16 @@
  * (the memory domains' keys of the cached region), not the same handle.
  *
  * Usage: ucx_stale --api=ucp|uct --unmap=libc|raw --expect=fresh|stale|uncached
- *                  [--declare-external] [--pages=N] [--md=NAME] [--fork]
+ *                  [--declare-external] [--pages=N] [--md=NAME]
+ *                  [--fork[=before|after]]
  *   --unmap=raw        munmap and mmap with syscall(), which no hook sees
  *   --declare-external tell UCM that VM_UNMAPPED events come from elsewhere
  *                      and never send one: a cache that is never told
  *   --md=NAME          UCT memory domain (default: the first of component ib)
- *   --fork             run the whole check in a forked child, then in the parent
+ *   --fork[=before]    run the whole check in a forked child, then in the parent
+ *   --fork=after       register a buffer first (UCX used, the plugin active),
+ *                      then fork: the check in the child (its own context),
+ *                      then in the parent, with the context it had before
  * Prints one "ucx_stale: ... result: ..." line. Exit status: 0 when the
  * result is the one expected, 1 when not, 77 when it cannot be told (not
  * root: no real page frames; --api=uct without an IB device).
@@ -48,7 +52,8 @@
 #define SKIP 77
 
 static const char *api = "ucp", *unmap_how = "libc", *expect = NULL, *md_want = NULL;
-static int declare_external, forked;
+static int declare_external;
+static const char *fork_when; /* NULL, "before" or "after" (UCX's first use) */
 static size_t npages = 4;
 
 static void die(const char *what, const char *detail)
@@ -253,6 +258,9 @@ static void remap(char *p, size_t len)
 }
 
 static int scenario(void);
+static int scenario_in(struct regs *r);
+static int fork_before_use(void);
+static int fork_after_use(void);
 
 static int report(const char *result, const char *detail)
 {
@@ -281,8 +289,10 @@ int main(int argc, char **argv)
 			md_want = a + 5;
 		else if (!strcmp(a, "--declare-external"))
 			declare_external = 1;
-		else if (!strcmp(a, "--fork"))
-			forked = 1;
+		else if (!strcmp(a, "--fork") || !strcmp(a, "--fork=before"))
+			fork_when = "before";
+		else if (!strcmp(a, "--fork=after"))
+			fork_when = "after";
 		else
 			die("unknown argument", a);
 	}
@@ -292,24 +302,39 @@ int main(int argc, char **argv)
 	    npages == 0)
 		die("usage",
 		    "ucx_stale --api=ucp|uct --unmap=libc|raw --expect=fresh|stale|uncached "
-		    "[--declare-external] [--pages=N] [--md=NAME] [--fork]");
+		    "[--declare-external] [--pages=N] [--md=NAME] [--fork[=before|after]]");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!mrn_oracle_available()) {
 		printf("ucx_stale: /proc/self/pagemap shows no page frames (not root?); skipped\n");
 		return SKIP;
 	}
-	if (!forked)
+	if (fork_when == NULL)
 		return scenario();
+	return !strcmp(fork_when, "before") ? fork_before_use() : fork_after_use();
+}
 
-	/*
-	 * A child forked after the plugin opened the device (at load) but
-	 * before UCX was used: the status page is not inherited, so the
-	 * plugin must open its own context there. Then the parent, whose
-	 * context the fork must not have disturbed.
-	 */
+/* Wait for the child: its exit status, or 1 if it did not exit. */
+static int child_result(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		die("waitpid", strerror(errno));
+	if (!WIFEXITED(status))
+		return 1;
+	return WEXITSTATUS(status);
+}
+
+/*
+ * A child forked after the plugin opened the device (at load) but before
+ * UCX was used: the status page is not inherited, so the plugin must open
+ * its own context there. Then the parent, whose context the fork must not
+ * have disturbed.
+ */
+static int fork_before_use(void)
+{
 	fflush(stdout);
 	const pid_t pid = fork();
-	int status;
 
 	if (pid < 0)
 		die("fork", strerror(errno));
@@ -317,14 +342,58 @@ int main(int argc, char **argv)
 		printf("ucx_stale: in a forked child:\n");
 		exit(scenario());
 	}
-	if (waitpid(pid, &status, 0) != pid)
-		die("waitpid", strerror(errno));
+	const int child_rc = child_result(pid);
+
 	printf("ucx_stale: in the parent, after the fork:\n");
 	const int rc = scenario();
 
-	if (!WIFEXITED(status))
-		return 1;
-	return WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : rc;
+	return child_rc != 0 ? child_rc : rc;
+}
+
+/*
+ * A fork after UCX was used, as an MPI rank's system() or a forked helper
+ * does: the parent's caches hold a registration and the plugin watches for
+ * them. The child inherits those caches and the parent's watch, which is
+ * not its address space's; it must leave them and watch its own (a new
+ * context there, UCX's rule for a child). The parent's caches must still be
+ * told of its unmaps afterwards.
+ */
+static int fork_after_use(void)
+{
+	if (declare_external)
+		ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
+
+	struct regs r;
+	int rc = regs_open(&r);
+
+	if (rc != 0)
+		return rc;
+	const size_t len = (size_t)sysconf(_SC_PAGESIZE);
+	char *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (q == MAP_FAILED)
+		die("mmap", strerror(errno));
+	memset(q, 0x33, len);
+	void *h0 = reg(&r, q, len);
+
+	fflush(stdout);
+	const pid_t pid = fork();
+
+	if (pid < 0)
+		die("fork", strerror(errno));
+	if (pid == 0) {
+		/* The parent's context is left alone: a child may not use it. */
+		printf("ucx_stale: in a child forked after UCX was used:\n");
+		exit(scenario());
+	}
+	const int child_rc = child_result(pid);
+
+	printf("ucx_stale: in the parent, after the fork, with its context of before:\n");
+	rc = scenario_in(&r);
+	dereg(&r, h0);
+	regs_close(&r);
+	munmap(q, len);
+	return child_rc != 0 ? child_rc : rc;
 }
 
 static int scenario(void)
@@ -338,7 +407,15 @@ static int scenario(void)
 
 	if (rc != 0)
 		return rc;
+	rc = scenario_in(&r);
+	regs_close(&r);
+	return rc;
+}
 
+/* The check itself, on an open context r (left open). */
+static int scenario_in(struct regs *r)
+{
+	int rc;
 	const size_t len = npages * (size_t)sysconf(_SC_PAGESIZE);
 	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
@@ -346,22 +423,23 @@ static int scenario(void)
 		die("mmap", strerror(errno));
 	memset(p, 0x11, len);
 
-	void *h1 = reg(&r, p, len);
+	void *h1 = reg(r, p, len);
 	uint64_t *pinned = calloc(mrn_oracle_page_count(p, len), sizeof(*pinned));
 
 	if (pinned == NULL || mrn_oracle_read_pfns(p, len, pinned) != 0)
 		die("reading pagemap", NULL);
-	void *h1b = reg(&r, p, len);
+	void *h1b = reg(r, p, len);
 	char detail[200];
 
-	if (!same_registration(&r, h1b, h1)) {
+	if (!same_registration(r, h1b, h1)) {
 		snprintf(detail, sizeof(detail),
 			 "%s: a second registration of the same buffer is not a cache hit",
-			 r.md_name);
+			 r->md_name);
 		rc = report("uncached", detail);
-		dereg(&r, h1b);
-		dereg(&r, h1);
-		regs_close(&r);
+		dereg(r, h1b);
+		dereg(r, h1);
+		free(pinned);
+		munmap(p, len);
 		return rc;
 	}
 	/*
@@ -370,35 +448,34 @@ static int scenario(void)
 	 */
 	remap(p, len);
 
-	void *h2 = reg(&r, p, len);
+	void *h2 = reg(r, p, len);
 
-	if (same_registration(&r, h2, h1)) {
+	if (same_registration(r, h2, h1)) {
 		const long stale = mrn_oracle_count_stale(p, len, pinned);
 
 		snprintf(detail, sizeof(detail),
 			 "%s handed out the registration of the old mapping (%ld of %zu pages are "
 			 "not the ones mapped now)",
-			 r.md_name, stale, npages);
+			 r->md_name, stale, npages);
 		rc = report(stale > 0 ? "stale" : "fresh", detail);
-		dereg(&r, h2);
+		dereg(r, h2);
 	} else {
-		void *h3 = reg(&r, p, len);
+		void *h3 = reg(r, p, len);
 
-		if (!same_registration(&r, h3, h2)) {
+		if (!same_registration(r, h3, h2)) {
 			snprintf(detail, sizeof(detail),
-				 "%s: new registration, but it is not cached", r.md_name);
+				 "%s: new registration, but it is not cached", r->md_name);
 			rc = report("uncached", detail);
 		} else {
 			snprintf(detail, sizeof(detail),
-				 "%s registered the new pages, and caches them", r.md_name);
+				 "%s registered the new pages, and caches them", r->md_name);
 			rc = report("fresh", detail);
 		}
-		dereg(&r, h3);
-		dereg(&r, h2);
+		dereg(r, h3);
+		dereg(r, h2);
 	}
-	dereg(&r, h1b);
-	dereg(&r, h1);
-	regs_close(&r);
+	dereg(r, h1b);
+	dereg(r, h1);
 	munmap(p, len);
 	free(pinned);
 	return rc;
