@@ -5,6 +5,8 @@
 // ucs_rcache (ucs_rcache_get/ucs_rcache_region_put, calls into libucs) in
 // the same run, on access patterns that MPI programs make:
 //  - fixed: 8 buffers of 64 KiB used over and over;
+//  - shuffled: 64 buffers of 64 KiB in random order (what order alone
+//    costs: "sizes" without its sizes);
 //  - sizes: 64 buffers from 1 KiB to 16 MiB (log-uniform), random order;
 //  - overlapping: random ranges of 4 KiB to 1 MiB in a 64 MiB region,
 //    which overlap and are merged by both caches;
@@ -157,6 +159,15 @@ Pattern fixed_buffers(size_t n)
 	Pattern p{"fixed", std::make_unique<Region>(8 * 128 * 1024), {}, {}};
 	for (size_t i = 0; i < n; i++)
 		p.requests.push_back({p.region->at(i % 8 * 128 * 1024), 64 * 1024});
+	return p;
+}
+
+Pattern shuffled_buffers(size_t n, std::mt19937_64 &rng)
+{
+	Pattern p{"shuffled", std::make_unique<Region>(64 * 128 * 1024), {}, {}};
+	std::uniform_int_distribution<size_t> pick(0, 63);
+	for (size_t i = 0; i < n; i++)
+		p.requests.push_back({p.region->at(pick(rng) * 128 * 1024), 64 * 1024});
 	return p;
 }
 
@@ -325,6 +336,8 @@ int main(int argc, char **argv)
 		patterns.push_back(overlapping(n, rng));
 		patterns.push_back(sliding(n));
 		patterns.push_back(mpi_like(n, rng));
+		// Last, so that the others' requests stay what they were.
+		patterns.push_back(shuffled_buffers(n, rng));
 		if (dump_to) {
 			FILE *f = std::fopen(dump_to, "w");
 			bool ok = f != nullptr;
