@@ -44,8 +44,8 @@
 #                                       build SRC (kernel/) for KERNEL into
 #                                       OUT/mrnotify.ko with W=1 and -Werror
 #   stacks.sh run 6.12|forky|arm64|arm64-run|arm64-deb [--bind DIR]... CMD...
-#                                       run CMD in a chroot of the Debian 13
-#                                       (forky, arm64...) root, in the current
+#                                       run CMD in a chroot of that root
+#                                       (see above), in the current
 #                                       directory; it and each DIR are the
 #                                       host's, bound in; what CMD writes
 #                                       elsewhere is thrown away

@@ -117,9 +117,11 @@ debs() {
 	esac
 	command -v git >/dev/null && git -C "$src" rev-parse >/dev/null 2>&1 ||
 		{ skip "arm64: the Debian packages" "they are built from a git checkout"; return; }
-	# The source files as a clean clone has them (tracked and new).
+	# The source files as a clean clone has them (tracked and new; not
+	# this lane's own output, should the build be in the tree).
 	rm -rf "$d" && mkdir -p "$d/src" &&
-		(cd "$src" && git ls-files -co --exclude-standard -z | cpio -0pdm --quiet "$d/src") || {
+		(cd "$src" && git ls-files -co --exclude-standard -z |
+			grep -zv "^${out#"$src"/}/" | cpio -0pdm --quiet "$d/src") || {
 		fail "arm64: cannot copy the source for the packages"
 		return
 	}
