@@ -278,11 +278,14 @@ double run(C &c, const Pattern &p, int reps, bool warm)
 int usage(const char *argv0)
 {
 	std::printf("usage: %s [--quick] [--monitor external|kernel|uffd|none|auto] [--dump FILE]\n"
+		    "       [--only PATTERN]\n"
 		    "libmrnotify through its C API against UCX's ucs_rcache on MPI-like\n"
 		    "access patterns, in the same run (ns per get + put).\n"
 		    "--dump: write the patterns' requests to FILE and time nothing, for\n"
 		    "replaying them through Open MPI's rcache API (grdma and the component:\n"
-		    "bench/rcache_bench patterns).\n",
+		    "bench/rcache_bench patterns).\n"
+		    "--only: time that pattern alone (for a profiler: valgrind --tool=cachegrind\n"
+		    "--branch-sim=yes counts mispredicted branches where perf has no counters).\n",
 		    argv0);
 	return 2;
 }
@@ -310,12 +313,15 @@ int main(int argc, char **argv)
 {
 	bool quick = false;
 	const char *dump_to = nullptr;
+	const char *only = nullptr;
 	mrn_monitor_t monitor = MRN_MONITOR_EXTERNAL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick")) {
 			quick = true;
 		} else if (!strcmp(argv[i], "--dump") && i + 1 < argc) {
 			dump_to = argv[++i];
+		} else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+			only = argv[++i];
 		} else if (!strcmp(argv[i], "--monitor") && i + 1 < argc) {
 			const char *m = argv[++i];
 			if (!strcmp(m, "external"))
@@ -367,6 +373,8 @@ int main(int argc, char **argv)
 			    "mrnotify ns", "ucs_rcache ns", "speedup", "our regs", "ucs regs");
 		double fixed_ratio = 0;
 		for (const Pattern &p : patterns) {
+			if (only && strcmp(p.name, only) != 0)
+				continue;
 			// A fresh pair of caches per pattern. mpi-like's small
 			// buffers are new only in its first pass: it is timed
 			// once, with its misses.

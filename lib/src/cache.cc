@@ -160,7 +160,8 @@ Cache::Cache(Key, const mrn_config &c, MonitorFactory open)
       advise_dontfork_(resolve_fork_policy(c.fork_policy) == MRN_FORK_DONTFORK),
       max_advised_(advised_entry_budget()), print_stats_(c.print_stats != 0),
       page_mask_((uintptr_t(1) << page_shift()) - 1), open_monitor_(std::move(open)),
-      index_(page_shift()), pool_(c.payload_size)
+      deltas_(EntryPool::block_size_for(c.payload_size)), index_(page_shift()),
+      pool_(c.payload_size)
 {}
 
 int Cache::create(const mrn_config &config, MonitorFactory open, std::unique_ptr<Cache> *out)

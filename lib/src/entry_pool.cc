@@ -9,14 +9,8 @@
 
 namespace mrn {
 
-namespace {
-constexpr size_t round_up(size_t n, size_t a)
-{
-	return (n + a - 1) / a * a;
-}
-} // namespace
 
-EntryPool::EntryPool(size_t payload_size) : block_(round_up(sizeof(Entry) + payload_size, 16)) {}
+EntryPool::EntryPool(size_t payload_size) : block_(block_size_for(payload_size)) {}
 
 Entry *EntryPool::allocate()
 {

@@ -24,6 +24,10 @@ public:
 	void release(Entry *e);
 
 	size_t block_size() const { return block_; }
+	static size_t block_size_for(size_t payload_size)
+	{
+		return (sizeof(Entry) + payload_size + 15) & ~size_t(15);
+	}
 	size_t blocks_in_use() const { return in_use_; }
 	size_t bytes_reserved() const { return reserved_; }
 
