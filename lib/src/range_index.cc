@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "range_index.h"
 
-#ifndef MRN_INDEX_SMALL_BITS
-#define MRN_INDEX_SMALL_BITS 14
-#endif
 namespace mrn {
 
 RangeIndex::RangeIndex(unsigned page_shift) : page_shift_(page_shift)
@@ -20,8 +17,7 @@ void RangeIndex::alloc_table(size_t capacity)
 	mask_ = capacity - 1;
 	// The block hash supplies the bits above the block.
 	const unsigned bits = unsigned(__builtin_ctzl(capacity));
-	block_bits_ = bits >= MRN_INDEX_SMALL_BITS ? kBlockBits : 0;
-	hash_shift_ = bits > block_bits_ ? 64 - (bits - block_bits_) : 63;
+	hash_shift_ = bits > kBlockBits ? 64 - (bits - kBlockBits) : 63;
 	used_ = 0;
 }
 
@@ -66,53 +62,34 @@ void RangeIndex::erase(Entry *e)
 
 void RangeIndex::put_slot(uint64_t key, uint64_t slot)
 {
-	// The cache keeps the load under 3/4 (insert_needs_growth): probes
-	// lengthen past that, and a full table would never end one.
-	auto at = [this](size_t i) { return slots_[i].load(std::memory_order_relaxed); };
-	// The key's place: after every slot whose key's home is not after its
-	// own (those of the same key included, so equal keys keep their order).
-	size_t i = home(key), d = 0;
-	for (uint64_t w; (w = at(i)) != 0 && true_dist(i, w) >= d; i = (i + 1) & mask_)
-		d++;
-	// Make room by moving the rest of the run one slot on, from its far
-	// end back: a lookup reads forward, so it meets each moved slot at its
-	// old place or its new one (it reads the new one after the old one
-	// was overwritten: release stores, acquire loads), and the run stays
-	// in Robin Hood order at every step.
-	size_t end = i;
-	while (at(end) != 0)
-		end = (end + 1) & mask_;
-	for (size_t j = end; j != i; j = (j - 1) & mask_) {
-		const size_t from = (j - 1) & mask_;
-		const uint64_t w = at(from);
-		slots_[j].store(with_dist(w, true_dist(from, w) + 1), std::memory_order_release);
-	}
-	slots_[i].store(with_dist(slot, d), std::memory_order_release);
+	// The cache keeps the load under 3/4 (insert_needs_growth): linear
+	// probing degrades past that, and a full table would never end a probe.
+	size_t i = home(key);
+	while (slots_[i].load(std::memory_order_relaxed) != 0)
+		i = (i + 1) & mask_;
+	slots_[i].store(slot, std::memory_order_release);
 	used_++;
 }
 
 void RangeIndex::erase_slot(uint64_t slot)
 {
 	auto at = [this](size_t i) { return slots_[i].load(std::memory_order_relaxed); };
-	const uint64_t key = slot_key(slot);
-	size_t i = home(key);
-	for (size_t d = 0;; d++, i = (i + 1) & mask_) {
-		const uint64_t w = at(i);
-		if (ends_probe(w, d))
+	size_t i = home(slot_key(slot));
+	while (at(i) != slot) {
+		if (at(i) == 0)
 			return; // not filed: nothing to do
-		if ((w & ~(kDistMax << kDistShift)) == slot)
-			break;
+		i = (i + 1) & mask_;
 	}
-	// Backward-shift deletion (readers are excluded): pull the rest of the
-	// run one slot back, up to a slot at its home or an empty one, so that
-	// lookups never need tombstones.
+	// Backward-shift deletion: pull later members of the probe run into
+	// the hole, so that lookups never need tombstones.
 	size_t hole = i;
-	for (size_t j = (hole + 1) & mask_;; j = (j + 1) & mask_) {
-		const uint64_t w = at(j);
-		if (w == 0 || slot_dist(w) == 0)
-			break;
-		slots_[hole].store(with_dist(w, true_dist(j, w) - 1), std::memory_order_relaxed);
-		hole = j;
+	for (size_t j = (hole + 1) & mask_; at(j) != 0; j = (j + 1) & mask_) {
+		const size_t h = home(slot_key(at(j)));
+		const bool movable = (hole <= j) ? (h <= hole || h > j) : (h <= hole && h > j);
+		if (movable) {
+			slots_[hole].store(at(j), std::memory_order_relaxed);
+			hole = j;
+		}
 	}
 	slots_[hole].store(0, std::memory_order_relaxed);
 	used_--;
@@ -139,10 +116,9 @@ size_t RangeIndex::slots_read_by_miss(uintptr_t s, uintptr_t e) const
 	while (levels) {
 		const unsigned level = unsigned(__builtin_ctz(levels));
 		levels &= levels - 1;
-		size_t i = home(make_key(level, s >> shift_of(level)));
-		for (size_t d = 0;; d++, i = (i + 1) & mask_) {
+		for (size_t i = home(make_key(level, s >> shift_of(level)));; i = (i + 1) & mask_) {
 			read++;
-			if (ends_probe(slots_[i].load(std::memory_order_relaxed), d))
+			if (slots_[i].load(std::memory_order_relaxed) == 0)
 				break;
 		}
 	}

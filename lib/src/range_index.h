@@ -83,21 +83,17 @@ private:
 	// One 8-byte word per slot (0: empty), published with one release
 	// store: the entry pointer (16-byte aligned, below 2^48) in the top 44
 	// bits, then a bit saying the slot files the entry's second chunk, then
-	// the slot's distance from its key's home (saturating at 255), then an
-	// 11-bit tag of the key. A lookup compares tags and touches only
+	// a 19-bit tag of the key. A lookup compares tags and touches only
 	// entries whose tag matches; an entry reached through a colliding tag
 	// is still checked to cover the range, so any entry returned is right.
 	// Half the size of a key-and-pointer slot: the table of a million
 	// entries fits in the last-level cache.
 	using Slot = std::atomic<uint64_t>;
-	static constexpr unsigned kTagBits = 11;
-	static constexpr unsigned kDistBits = 8;
+	static constexpr unsigned kTagBits = 19;
 	static constexpr uint64_t kTagMask = (uint64_t(1) << kTagBits) - 1;
-	static constexpr uint64_t kDistMax = (uint64_t(1) << kDistBits) - 1;
-	static constexpr unsigned kDistShift = kTagBits;
-	static constexpr uint64_t kSecondChunk = uint64_t(1) << (kTagBits + kDistBits);
-	static constexpr unsigned kPointerShift = kTagBits + kDistBits + 1 - 4;
-	static_assert(kTagBits >= 3 && kPointerShift + 48 <= 64, "pointer, flag, distance and tag fit");
+	static constexpr uint64_t kSecondChunk = uint64_t(1) << kTagBits;
+	static constexpr unsigned kPointerShift = kTagBits + 1 - 4;
+	static_assert(kTagBits >= 3 && kPointerShift + 48 <= 64, "pointer, flag and tag fit");
 
 	static MRN_HOT_INLINE uint64_t make_key(unsigned level, uint64_t chunk)
 	{
@@ -107,7 +103,6 @@ private:
 	{
 		return (key * UINT64_C(0xD6E8FEB86659FD93)) >> (64 - kTagBits);
 	}
-	// A slot at distance 0 from its home: put_slot() sets the distance.
 	static uint64_t make_slot(Entry *e, bool second, uint64_t key)
 	{
 		return uint64_t(reinterpret_cast<uintptr_t>(e)) << kPointerShift |
@@ -118,11 +113,6 @@ private:
 		return reinterpret_cast<Entry *>(uintptr_t(w >> kPointerShift) & ~uintptr_t(15));
 	}
 	static bool slot_second(uint64_t w) { return (w & kSecondChunk) != 0; }
-	static MRN_HOT_INLINE uint64_t slot_dist(uint64_t w) { return (w >> kDistShift) & kDistMax; }
-	static uint64_t with_dist(uint64_t w, uint64_t dist)
-	{
-		return (w & ~(kDistMax << kDistShift)) | (dist < kDistMax ? dist : kDistMax) << kDistShift;
-	}
 	// The key a slot files its entry under (reads the entry).
 	uint64_t slot_key(uint64_t w) const
 	{
@@ -132,23 +122,6 @@ private:
 		chunks_of(x, level, c0, c1);
 		return make_key(level, slot_second(w) ? c1 : c0);
 	}
-	// How far slot i's word w is from its home; exact beyond the
-	// saturated field too (then it reads the entry: writers only).
-	size_t true_dist(size_t i, uint64_t w) const
-	{
-		const uint64_t d = slot_dist(w);
-		return d < kDistMax ? size_t(d) : (i - home(slot_key(w))) & mask_;
-	}
-	// Robin Hood order: along a run of full slots the keys' homes never
-	// decrease, so a key's slots come before any slot whose key lives
-	// further on (a smaller distance than the probe's own). A probe stops
-	// there, or at an empty slot: a miss among a run of adjacent buffers
-	// reads two slots, however long the run. A saturated distance never
-	// stops a probe (its true distance may be anything from 255 on).
-	static MRN_HOT_INLINE bool ends_probe(uint64_t w, size_t probe_dist)
-	{
-		return w == 0 || slot_dist(w) < (probe_dist < kDistMax ? probe_dist : kDistMax);
-	}
 	// Calls fn(slot) for each slot of key's probe run whose tag matches
 	// key's (the entry may still be another's: see Slot), until fn
 	// returns true.
@@ -156,30 +129,28 @@ private:
 	MRN_HOT_INLINE void probe(uint64_t key, Fn fn) const
 	{
 		const uint64_t tag = tag_of(key);
-		size_t i = home(key);
-		for (size_t d = 0;; d++, i = (i + 1) & mask_) {
+		for (size_t i = home(key);; i = (i + 1) & mask_) {
 			const uint64_t w = slots_[i].load(std::memory_order_acquire);
-			if (ends_probe(w, d) || ((w & kTagMask) == tag && fn(w)))
+			if (w == 0 || ((w & kTagMask) == tag && fn(w)))
 				return;
 		}
 	}
 	// Neighbouring chunks stay neighbours in blocks of 2^kBlockBits slots
-	// (sixteen 4 KiB pages), so that a walk through adjacent buffers reads
-	// the table as a stream; the blocks themselves are scattered by a
-	// multiplicative hash, so regular strides do not pile up. Under
-	// linear probing such blocks made misses slow: a key whose home fell
-	// in a run of full slots (another level's, a colliding block's) walked
-	// to its end, thousands of slots among 30,000 small adjacent buffers.
-	// The Robin Hood order above ends such a probe after a few slots.
-#ifndef MRN_INDEX_BLOCK_BITS
-#define MRN_INDEX_BLOCK_BITS 6
-#endif
-	static constexpr unsigned kBlockBits = MRN_INDEX_BLOCK_BITS;
+	// (two cache lines), so that a walk through adjacent buffers reads the
+	// table in short streams; the blocks themselves are scattered by a
+	// multiplicative hash, so regular strides do not pile up. Blocks must
+	// stay short: linear probing walks to the end of a run of full slots,
+	// and adjacent buffers fill whole blocks, so a key whose home falls in
+	// such a run (another level's, or a colliding block's) probes through
+	// it. With 1024-slot blocks a miss among 30,000 small adjacent buffers
+	// probed thousands of slots (capi_bench's mpi-like pattern: 3.3 us per
+	// request against ucs_rcache's 0.08 us).
+	static constexpr unsigned kBlockBits = 4;
 	MRN_HOT_INLINE size_t home(uint64_t key) const
 	{
-		const uint64_t block = (key >> block_bits_) * UINT64_C(0x9E3779B97F4A7C15);
-		return size_t(((block >> hash_shift_) << block_bits_ |
-			       (key & ((uint64_t(1) << block_bits_) - 1))) &
+		const uint64_t block = (key >> kBlockBits) * UINT64_C(0x9E3779B97F4A7C15);
+		return size_t(((block >> hash_shift_) << kBlockBits |
+			       (key & ((uint64_t(1) << kBlockBits) - 1))) &
 			      mask_);
 	}
 	void put_slot(uint64_t key, uint64_t slot);
@@ -196,7 +167,6 @@ private:
 	// (the table) with readers excluded.
 	unsigned page_shift_;
 	unsigned hash_shift_ = 64;
-	unsigned block_bits_ = 0;
 	Slot *slots_ = nullptr;
 	size_t mask_ = 0;
 	std::atomic<uint32_t> level_mask_{0}; // bit k: level k has entries
