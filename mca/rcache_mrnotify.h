@@ -160,6 +160,7 @@ void mca_rcache_mrnotify_grdma_restore(void);
 mca_rcache_base_module_t *mca_rcache_mrnotify_module_create(
 	const mca_rcache_base_resources_t *resources);
 void mca_rcache_mrnotify_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mca_rcache_mrnotify_not_created(const char *cache_name, const char *why);
 bool mca_rcache_mrnotify_param_set(int var);
 
 END_C_DECLS

@@ -125,10 +125,10 @@ static int register_text(const char *name, const char *help, const char *def, ch
 static void bad_value(const char *name, const char *value, const char *expected);
 
 /*
- * The first bad value, repeated when a cache is refused: a process that
- * stops right after its first message may lose it on the way to mpirun
- * (seen with Open MPI 4.1.4: "Data unpack would read past end of buffer" in
- * orte/util/show_help.c), and the user must still learn why.
+ * The first bad value, repeated on stderr when a cache is refused: a
+ * process that stops right after its help message may lose it on the way
+ * to mpirun (seen with Open MPI 4.1.4: "Data unpack would read past end of
+ * buffer" in orte/util/show_help.c), and the user must still learn why.
  */
 static char mrn_config_error_text[256];
 
@@ -398,14 +398,13 @@ static int mrn_component_close(void)
 static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t *res)
 {
 	if (mca_rcache_mrnotify_component.config_error) {
-		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX,
-			       res && res->cache_name ? res->cache_name : "(unnamed)",
-			       mrn_config_error_text);
+		mca_rcache_mrnotify_not_created(res ? res->cache_name : NULL,
+						mrn_config_error_text);
 		return NULL;
 	}
 	if (!res || !res->register_mem || !res->deregister_mem) {
-		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX, "(unnamed)",
-			       "the transport gave no register or deregister function");
+		mca_rcache_mrnotify_not_created(
+			NULL, "the transport gave no register or deregister function");
 		return NULL;
 	}
 	if (res->sizeof_reg < sizeof(mca_rcache_base_registration_t) || res->sizeof_reg > 4096) {
@@ -413,8 +412,7 @@ static mca_rcache_base_module_t *mrn_component_init(mca_rcache_base_resources_t 
 
 		snprintf(why, sizeof(why), "the registration size %zu is outside [%zu, 4096]",
 			 res->sizeof_reg, sizeof(mca_rcache_base_registration_t));
-		opal_show_help(MRN_HELP_FILE, "not-created", true, MRN_LOG_PREFIX,
-			       res->cache_name ? res->cache_name : "(unnamed)", why);
+		mca_rcache_mrnotify_not_created(res->cache_name, why);
 		return NULL;
 	}
 	return mca_rcache_mrnotify_module_create(res);
