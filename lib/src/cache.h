@@ -60,22 +60,24 @@ public:
 		uintptr_t s, e;
 		if (!page_range(addr, len, &s, &e))
 			return -EINVAL;
-		{
-			SharedGuard g(lock_);
-			if (load_generation(gen_ptr_.load(std::memory_order_relaxed)) ==
-			    seen_gen_.load(std::memory_order_relaxed)) {
-				Entry *x = index_.find_covering(s, e, [access](const Entry *c) {
-					return (c->access & access) == access;
-				});
-				if (x) {
-					if (!keep_idle_ || !g.owns_record() ||
-					    !deltas_.get(g.index(), x))
-						x->refs.fetch_add(1, std::memory_order_relaxed);
-					count_hit(g.index());
-					*out = x;
-					return 0;
-				}
+		Entry *x = lock_.read([this, s, e, access](const auto &section) MRN_HOT_LAMBDA -> Entry * {
+			if (load_generation(gen_ptr_.load(std::memory_order_relaxed)) !=
+			    seen_gen_.load(std::memory_order_relaxed))
+				return nullptr;
+			Entry *c = index_.find_covering(s, e, [access](const Entry *y) {
+				return (y->access & access) == access;
+			});
+			if (c) {
+				if (!keep_idle_ || !section.owns_record() ||
+				    !deltas_.get(section.index(), c))
+					c->refs.fetch_add(1, std::memory_order_relaxed);
+				count_hit(section.place());
 			}
+			return c;
+		});
+		if (x) {
+			*out = x;
+			return 0;
 		}
 		return get_slow(s, e, access, arg, out);
 	}
@@ -87,19 +89,20 @@ public:
 			return;
 		}
 		const uint32_t stamp = lru_stamp();
-		{
-			// In the index x cannot leave it (nor its count be folded)
-			// before this section ends, and the index's reference keeps
-			// it alive whatever its count says.
-			SharedGuard g(lock_);
-			if (x->state.load(std::memory_order_relaxed) == Entry::kIndexed) {
-				if (g.owns_record() && deltas_.put(g.index(), x, stamp))
-					return;
+		// In the index x cannot leave it (nor its count be folded) before
+		// the section ends, and the index's reference keeps it alive
+		// whatever its count says.
+		const bool indexed = lock_.read([this, x, stamp](const auto &section) MRN_HOT_LAMBDA {
+			if (x->state.load(std::memory_order_relaxed) != Entry::kIndexed)
+				return false;
+			if (!section.owns_record() || !deltas_.put(section.index(), x, stamp)) {
 				x->last_use.store(stamp, std::memory_order_relaxed);
 				x->refs.fetch_sub(1, std::memory_order_release);
-				return;
 			}
-		}
+			return true;
+		});
+		if (indexed)
+			return;
 		// Out of the index: its count is refs alone. Stamp before
 		// letting go: once our reference is gone the entry may be freed.
 		x->last_use.store(stamp, std::memory_order_relaxed);
@@ -152,12 +155,12 @@ private:
 		*e = (a + len + page_mask_) & ~page_mask_;
 		return true;
 	}
-	MRN_HOT_INLINE void count_hit(unsigned idx)
+	MRN_HOT_INLINE void count_hit(unsigned place)
 	{
 		// Each thread owns its counter's line: a plain increment, no
 		// locked instruction (threads beyond the record table share one
 		// and may lose counts, which only statistics would notice).
-		auto &h = hits_[idx < kMaxReaderRecords ? idx : kMaxReaderRecords].n;
+		auto &h = hits_[place].n;
 		h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 	}
 	// LRU order: the tick (moved by misses and evictions) first, then the

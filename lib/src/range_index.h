@@ -128,9 +128,14 @@ private:
 	template <typename Fn>
 	MRN_HOT_INLINE void probe(uint64_t key, Fn fn) const
 	{
+		// In locals: the acquire loads below would make the compiler
+		// load the members again on every step (the table changes only
+		// with readers excluded).
+		const Slot *const slots = slots_;
+		const size_t mask = mask_;
 		const uint64_t tag = tag_of(key);
-		for (size_t i = home(key);; i = (i + 1) & mask_) {
-			const uint64_t w = slots_[i].load(std::memory_order_acquire);
+		for (size_t i = home(key);; i = (i + 1) & mask) {
+			const uint64_t w = slots[i].load(std::memory_order_acquire);
 			if (w == 0 || ((w & kTagMask) == tag && fn(w)))
 				return;
 		}

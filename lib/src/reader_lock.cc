@@ -52,7 +52,8 @@ std::atomic<uint32_t> ReaderRecords::overflow_{0};
 std::atomic<unsigned> ReaderRecords::high_water_{0};
 bool ReaderRecords::asymmetric_ = register_membarrier();
 
-__thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec")));
+__thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec"))) = {
+	kUnassignedIndex, 0, 0};
 ReaderRecord ReaderRecords::records_[kMaxReaderRecords];
 
 // A thread whose record was given back at exit uses the overflow record.
@@ -64,6 +65,11 @@ pthread_key_t &exit_key()
 	static const int rc = pthread_key_create(&key, &ReaderRecords::release_index);
 	(void)rc; // without a key, records of exited threads are simply not reused
 	return key;
+}
+
+unsigned ReaderRecords::index_slow(unsigned i)
+{
+	return i == kUnassignedIndex ? assign_index() : kMaxReaderRecords;
 }
 
 unsigned ReaderRecords::assign_index()
@@ -78,7 +84,7 @@ unsigned ReaderRecords::assign_index()
 			high_water_.store(index + 1, std::memory_order_release);
 		}
 	}
-	tls_reader.index_plus_one = index + 1;
+	tls_reader.index = index;
 	// A pthread key rather than a thread_local object: its destructor runs
 	// after the thread's C++ thread_local destructors, which may still
 	// use a cache, and the state it leaves is plain __thread data that is
@@ -93,7 +99,7 @@ void ReaderRecords::release_index(void *value)
 {
 	const unsigned index = unsigned(reinterpret_cast<uintptr_t>(value) - 1);
 	// Calls after this one (other key destructors) use the overflow record.
-	tls_reader.index_plus_one = kExitedIndex + 1;
+	tls_reader.index = kExitedIndex;
 	if (index >= kMaxReaderRecords)
 		return;
 	records_[index].active.store(0, std::memory_order_release);

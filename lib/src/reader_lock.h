@@ -57,10 +57,15 @@ constexpr unsigned kMaxReaderRecords = 256;
 // so no init wrapper) in the initial-exec model (one %fs-relative load, no
 // __tls_get_addr call). Twelve bytes of the static TLS surplus.
 struct ReaderThreadState {
-	unsigned index_plus_one; // kExitedIndex + 1 once the thread exits
+	// The thread's record; kUnassignedIndex before its first section, and
+	// kMaxReaderRecords (the overflow record) when none was free or once
+	// the thread exits. Kept as is, not plus one, so that the hit's one
+	// test (below kMaxReaderRecords) covers all three.
+	unsigned index;
 	uint32_t sequence;
 	uint32_t overflow_state; // this thread's sections on the overflow record
 };
+constexpr unsigned kUnassignedIndex = ~0u;
 constexpr uint32_t kEntering = 1;
 constexpr uint32_t kValidated = 2;
 extern __thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec")));
@@ -76,8 +81,8 @@ public:
 	// taken (such threads share the counted overflow record).
 	static MRN_HOT_INLINE unsigned my_index()
 	{
-		const unsigned i = tls_reader.index_plus_one;
-		return __builtin_expect(i != 0, 1) ? i - 1 : assign_index();
+		const unsigned i = tls_reader.index;
+		return __builtin_expect(i < kMaxReaderRecords, 1) ? i : index_slow(i);
 	}
 	// A number that grows with each call in this thread (LRU stamps).
 	static MRN_HOT_INLINE uint32_t next_sequence() { return ++tls_reader.sequence; }
@@ -94,6 +99,9 @@ public:
 	static void reset_after_fork();
 
 private:
+	// The first section of a thread takes a record; the overflow record
+	// otherwise.
+	static unsigned index_slow(unsigned i) __attribute__((noinline));
 	static unsigned assign_index();
 
 public:
@@ -107,8 +115,62 @@ private:
 	static bool asymmetric_;
 };
 
+// What a read section tells the code it runs (CacheLock::read). Owned: the
+// thread's outermost section, on a record of its own. On read()'s inline
+// path that is known when compiling, so the code inside is compiled once
+// without the tests; its general path tests it.
+template <bool Owned>
+class ReadSection {
+public:
+	MRN_HOT_INLINE ReadSection(unsigned idx, uint32_t prev) : idx_(idx), prev_(prev) {}
+	MRN_HOT_INLINE unsigned index() const { return idx_; }
+	// Not nested in another section of this thread (a signal handler's
+	// section may be nested in the code it interrupted), and with a record
+	// of its own: only such a section may write the thread's per-cache
+	// state (RefDeltas).
+	MRN_HOT_INLINE bool owns_record() const
+	{
+		return Owned || (prev_ == 0 && idx_ < kMaxReaderRecords);
+	}
+	// The thread's place in a table of kMaxReaderRecords + 1, the last
+	// shared by the threads beyond the records.
+	MRN_HOT_INLINE unsigned place() const
+	{
+		return Owned || idx_ < kMaxReaderRecords ? idx_ : kMaxReaderRecords;
+	}
+
+private:
+	unsigned idx_;
+	uint32_t prev_;
+};
+
 class CacheLock {
 public:
+	// Runs fn(section) in a read section (section: a ReadSection<true> or
+	// <false>) and returns what fn returns. The common case, the
+	// thread's outermost section with no writer, is inline; the rest
+	// (nesting, the overflow record, a writer to wait for, the thread's
+	// first section) is one out-of-line instance of fn.
+	// fn should capture by value: read_general takes a copy, made on
+	// that path only, so that nothing on the inline path need live in
+	// memory (captures by reference cost 27 instructions a get + put).
+	template <typename Fn>
+	MRN_HOT_INLINE auto read(const Fn &fn)
+	{
+		const unsigned idx = tls_reader.index;
+		if (__builtin_expect(idx < kMaxReaderRecords, 1)) {
+			std::atomic<uint32_t> &a = ReaderRecords::record(idx).active;
+			// Only this thread (and its signal handlers) write it.
+			if (__builtin_expect(a.load(std::memory_order_relaxed) == 0, 1) &&
+			    __builtin_expect(enter(a), 1)) {
+				auto r = fn(ReadSection<true>(idx, 0));
+				a.store(0, std::memory_order_release);
+				return r;
+			}
+		}
+		return read_general(fn);
+	}
+
 	// Returns what unlock_shared() must restore. The common case (no
 	// section open on this thread, no writer) is inline; nesting and
 	// waiting for a writer are out of line.
@@ -116,29 +178,9 @@ public:
 	{
 		if (__builtin_expect(idx < kMaxReaderRecords, 1)) {
 			std::atomic<uint32_t> &a = ReaderRecords::record(idx).active;
-			// Only this thread (and its signal handlers) write it.
-			if (__builtin_expect(a.load(std::memory_order_relaxed) == 0, 1)) {
-#ifdef MRN_TSAN
-				a.exchange(kEntering, std::memory_order_seq_cst);
-				if (!writer_.load(std::memory_order_seq_cst)) {
-#else
-				a.store(kEntering, std::memory_order_relaxed);
-				// Paired with the writer's membarrier (or, without
-				// it, the fence in exclude_readers): either the
-				// writer sees this record active, or we see its flag.
-				if (ReaderRecords::asymmetric())
-					std::atomic_signal_fence(std::memory_order_seq_cst);
-				else
-					std::atomic_thread_fence(std::memory_order_seq_cst);
-				if (__builtin_expect(!writer_.load(std::memory_order_acquire), 1)) {
-#endif
-					a.store(kValidated, std::memory_order_relaxed);
-					return 0;
-				}
-				// A writer: retreat; the release pairs with the
-				// writer's acquire load of the record.
-				a.store(0, std::memory_order_release);
-			}
+			if (__builtin_expect(a.load(std::memory_order_relaxed) == 0, 1) &&
+			    __builtin_expect(enter(a), 1))
+				return 0;
 			return lock_record_slow(a);
 		}
 		return lock_overflow();
@@ -169,6 +211,34 @@ public:
 	}
 
 private:
+	// The outermost section on record a (0): validated (true), or retreated
+	// from a writer (false, a back to 0).
+	MRN_HOT_INLINE bool enter(std::atomic<uint32_t> &a)
+	{
+#ifdef MRN_TSAN
+		a.exchange(kEntering, std::memory_order_seq_cst);
+		if (!writer_.load(std::memory_order_seq_cst)) {
+#else
+		a.store(kEntering, std::memory_order_relaxed);
+		// Paired with the writer's membarrier (or, without it, the fence
+		// in exclude_readers): either the writer sees this record active,
+		// or we see its flag.
+		if (ReaderRecords::asymmetric())
+			std::atomic_signal_fence(std::memory_order_seq_cst);
+		else
+			std::atomic_thread_fence(std::memory_order_seq_cst);
+		if (__builtin_expect(!writer_.load(std::memory_order_acquire), 1)) {
+#endif
+			a.store(kValidated, std::memory_order_relaxed);
+			return true;
+		}
+		// A writer: retreat; the release pairs with the writer's acquire
+		// load of the record.
+		a.store(0, std::memory_order_release);
+		return false;
+	}
+	template <typename Fn>
+	__attribute__((noinline)) auto read_general(Fn fn);
 	void wait_for_writer() const;
 	// Nested sections, and waiting for a writer (see the top of the file).
 	uint32_t lock_record_slow(std::atomic<uint32_t> &a) __attribute__((noinline));
@@ -192,18 +262,20 @@ public:
 	MRN_HOT_INLINE ~SharedGuard() { lock_.unlock_shared(idx_, prev_); }
 	SharedGuard(const SharedGuard &) = delete;
 	SharedGuard &operator=(const SharedGuard &) = delete;
-	unsigned index() const { return idx_; }
-	// Not nested in another section of this thread (a signal handler's
-	// section may be nested in the code it interrupted), and with a record
-	// of its own: only such a section may write the thread's per-cache
-	// state (RefDeltas).
-	MRN_HOT_INLINE bool owns_record() const { return prev_ == 0 && idx_ < kMaxReaderRecords; }
+	MRN_HOT_INLINE ReadSection<false> section() const { return {idx_, prev_}; }
 
 private:
 	CacheLock &lock_;
 	unsigned idx_;
 	uint32_t prev_;
 };
+
+template <typename Fn>
+auto CacheLock::read_general(Fn fn)
+{
+	SharedGuard g(*this);
+	return fn(g.section());
+}
 
 // Readers kept out for as long as it lives; the writer mutex must be held.
 class ExclusiveGuard {

@@ -8,8 +8,11 @@
 // last put.
 #include "cache_fixture.h"
 #include "entry_pool.h"
+#include "reader_lock.h"
 #include "ref_deltas.h"
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -104,6 +107,80 @@ TEST_F(CacheTest, ManyEntriesSharingSlotsAddUp)
 	EXPECT_EQ(kEntries, regs.registered);
 	EXPECT_EQ(long(kEntries), cache->flush());
 	EXPECT_EQ(kEntries, regs.deregistered);
+}
+
+// A hit or put inside another read section of the same thread (as a signal
+// handler's would be: the record is shared by every cache) takes the out of
+// line path and the entry's atomic count, not the thread's slot; mixed with
+// the inline path's slot updates, the count must still add up.
+TEST_F(CacheTest, HitsAndPutsNestedInAnotherSectionAreCounted)
+{
+	make();
+	cache->put(get(9, page()));
+	const uint64_t hits = stats().hits;
+	CacheLock other;
+	Entry *a = nullptr, *b = nullptr;
+	{
+		SharedGuard outer(other);
+		a = get(9, page()); // nested: the atomic count
+	}
+	b = get(9, page()); // outermost: the slot
+	ASSERT_EQ(a, b);
+	EXPECT_EQ(hits + 2, stats().hits);
+	{
+		SharedGuard outer(other);
+		cache->put(b); // nested: the atomic count
+	}
+	EXPECT_EQ(0, cache->flush()) << "an entry in use was dropped";
+	cache->put(a); // outermost: the slot
+	EXPECT_EQ(1, cache->flush());
+	EXPECT_EQ(1u, regs.deregistered);
+}
+
+// Threads beyond the reader records share the overflow record and hit
+// counter, and use the entries' atomic counts.
+TEST_F(CacheTest, ThreadsBeyondTheRecordsHitAndPutRight)
+{
+	make();
+	cache->put(get(11, page()));
+	const uint64_t hits = stats().hits;
+	// Every record taken by a thread that waits.
+	std::mutex m;
+	std::condition_variable cv;
+	bool release = false;
+	unsigned parked = 0;
+	std::vector<std::thread> holders;
+	for (unsigned i = 0; i < kMaxReaderRecords; i++)
+		holders.emplace_back([&] {
+			cache->put(get(11, page()));
+			std::unique_lock<std::mutex> l(m);
+			parked++;
+			cv.notify_all();
+			cv.wait(l, [&] { return release; });
+		});
+	{
+		std::unique_lock<std::mutex> l(m);
+		cv.wait(l, [&] { return parked == kMaxReaderRecords; });
+	}
+	Entry *x = nullptr;
+	unsigned index = 0;
+	in_thread([&] {
+		x = get(11, page());
+		index = ReaderRecords::my_index();
+	});
+	EXPECT_EQ(kMaxReaderRecords, index) << "the thread had a record of its own";
+	EXPECT_EQ(0, cache->flush()) << "an entry in use was dropped";
+	in_thread([&] { cache->put(x); });
+	{
+		std::lock_guard<std::mutex> l(m);
+		release = true;
+	}
+	cv.notify_all();
+	for (auto &t : holders)
+		t.join();
+	EXPECT_EQ(hits + kMaxReaderRecords + 1, stats().hits);
+	EXPECT_EQ(1, cache->flush());
+	EXPECT_EQ(1u, regs.deregistered);
 }
 
 // A working set of entries allocated together (the buffers a program
