@@ -3,7 +3,8 @@
 
 namespace mrn {
 
-RangeIndex::RangeIndex(unsigned page_shift) : page_shift_(page_shift)
+RangeIndex::RangeIndex(unsigned page_shift)
+    : page_shift_(page_shift), page_size_(size_t(1) << page_shift)
 {
 	clear();
 }

@@ -70,7 +70,7 @@ public:
 	// times 4^level) holds len. Public for tests.
 	MRN_HOT_INLINE unsigned level_of(size_t len) const
 	{
-		if (len <= (size_t(1) << page_shift_))
+		if (len <= page_size_)
 			return 0;
 		const unsigned bits = 64 - unsigned(__builtin_clzl(len - 1)); // ceil(log2 len)
 		const unsigned level = (bits - page_shift_ + 1) / 2;
@@ -172,6 +172,7 @@ private:
 	// (the table) with readers excluded.
 	unsigned page_shift_;
 	unsigned hash_shift_ = 64;
+	size_t page_size_;
 	Slot *slots_ = nullptr;
 	size_t mask_ = 0;
 	std::atomic<uint32_t> level_mask_{0}; // bit k: level k has entries

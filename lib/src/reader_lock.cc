@@ -53,7 +53,7 @@ std::atomic<unsigned> ReaderRecords::high_water_{0};
 bool ReaderRecords::asymmetric_ = register_membarrier();
 
 __thread ReaderThreadState tls_reader __attribute__((tls_model("initial-exec"))) = {
-	kUnassignedIndex, 0, 0};
+	kUnassignedIndex, 0, nullptr, 0};
 ReaderRecord ReaderRecords::records_[kMaxReaderRecords];
 
 // A thread whose record was given back at exit uses the overflow record.
@@ -85,6 +85,7 @@ unsigned ReaderRecords::assign_index()
 		}
 	}
 	tls_reader.index = index;
+	tls_reader.record = index < kMaxReaderRecords ? &records_[index] : nullptr;
 	// A pthread key rather than a thread_local object: its destructor runs
 	// after the thread's C++ thread_local destructors, which may still
 	// use a cache, and the state it leaves is plain __thread data that is
@@ -100,6 +101,7 @@ void ReaderRecords::release_index(void *value)
 	const unsigned index = unsigned(reinterpret_cast<uintptr_t>(value) - 1);
 	// Calls after this one (other key destructors) use the overflow record.
 	tls_reader.index = kExitedIndex;
+	tls_reader.record = nullptr;
 	if (index >= kMaxReaderRecords)
 		return;
 	records_[index].active.store(0, std::memory_order_release);

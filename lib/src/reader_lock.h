@@ -55,7 +55,8 @@ constexpr unsigned kMaxReaderRecords = 256;
 
 // Per-thread state read on every hit: __thread (no dynamic initialisation,
 // so no init wrapper) in the initial-exec model (one %fs-relative load, no
-// __tls_get_addr call). Twelve bytes of the static TLS surplus.
+// __tls_get_addr call). 24 bytes of the static TLS surplus.
+struct ReaderRecord;
 struct ReaderThreadState {
 	// The thread's record; kUnassignedIndex before its first section, and
 	// kMaxReaderRecords (the overflow record) when none was free or once
@@ -63,6 +64,9 @@ struct ReaderThreadState {
 	// test (below kMaxReaderRecords) covers all three.
 	unsigned index;
 	uint32_t sequence;
+	// The record itself while index < kMaxReaderRecords: a hit loads it
+	// rather than computing it from the index.
+	ReaderRecord *record;
 	uint32_t overflow_state; // this thread's sections on the overflow record
 };
 constexpr unsigned kUnassignedIndex = ~0u;
@@ -159,7 +163,7 @@ public:
 	{
 		const unsigned idx = tls_reader.index;
 		if (__builtin_expect(idx < kMaxReaderRecords, 1)) {
-			std::atomic<uint32_t> &a = ReaderRecords::record(idx).active;
+			std::atomic<uint32_t> &a = tls_reader.record->active;
 			// Only this thread (and its signal handlers) write it.
 			if (__builtin_expect(a.load(std::memory_order_relaxed) == 0, 1) &&
 			    __builtin_expect(enter(a), 1)) {
