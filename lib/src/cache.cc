@@ -151,6 +151,10 @@ struct Cache::MissPlan {
 	uint32_t access;
 	bool merged;  // grown to cover the entries it overlaps
 	bool upgrade; // one of them lacked the access asked for
+	// The index was searched for entries overlapping the request (it
+	// found none unless merged), after this many inserts.
+	bool searched;
+	uint64_t searched_at;
 };
 
 Cache::Cache(Key, const mrn_config &c, MonitorFactory open)
@@ -435,7 +439,7 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 			}
 			return rc;
 		}
-		rc = commit_entry(w, p, attempt + 1 >= kMaxRaceRetries);
+		rc = commit_entry(w, p, &plan, attempt + 1 >= kMaxRaceRetries);
 		if (rc == 0) {
 			*out = p;
 			return 0;
@@ -477,7 +481,7 @@ int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, voi
 		}
 		// Never watched, so never raced: 0, or kForked (the entry was
 		// the parent's; this child registers its own).
-		rc = commit_entry(w, p, true);
+		rc = commit_entry(w, p, nullptr, true);
 		if (rc == 0) {
 			*out = p;
 			return 0;
@@ -493,7 +497,7 @@ int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, voi
 // then re-register an ever larger region on each miss.
 Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const
 {
-	MissPlan p{s, e, access, false, false};
+	MissPlan p{s, e, access, false, false, merge, index_.inserts()};
 	if (!merge)
 		return p;
 	index_.for_each_overlapping(s, e, [&](Entry *y) {
@@ -663,7 +667,7 @@ int Cache::register_entry(Writer &w, Entry *p, void *arg)
 // pages changed while we pinned them, kForked when we are now a forked
 // child and p is the parent's. last_try: hand out a raced registration
 // uncached instead of kRaced.
-int Cache::commit_entry(Writer &w, Entry *p, bool last_try)
+int Cache::commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try)
 {
 	check_fork(w);
 	if (!owns(p))
@@ -704,7 +708,12 @@ int Cache::commit_entry(Writer &w, Entry *p, bool last_try)
 	}
 	insert(w, p);
 	// Entries the new one covers, with no more rights, are superseded:
-	// no new user gets them.
+	// no new user gets them. None if the plan's search of the same range
+	// found none and nothing but p was inserted since (the writer mutex
+	// was let go around the registration): most misses, which then
+	// search the index once, not twice.
+	if (plan && plan->searched && !plan->merged && index_.inserts() == plan->searched_at + 1)
+		return 0;
 	EntryStack old;
 	index_.for_each_overlapping(p->start, p->end, [&](Entry *y) {
 		if (y != p && p->covers(y->start, y->end) && (p->access & y->access) == y->access)

@@ -205,7 +205,7 @@ private:
 	// The steps of a miss (see get_slow).
 	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const;
 	Entry *new_pending_entry(uintptr_t s, uintptr_t e, uint32_t access);
-	int commit_entry(Writer &w, Entry *p, bool last_try);
+	int commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try);
 	void abandon_entry(Writer &w, Entry *p);
 
 	// Everything below runs in a writer section.

@@ -33,6 +33,7 @@ void RangeIndex::clear()
 
 void RangeIndex::insert(Entry *e)
 {
+	inserts_++;
 	const unsigned level = level_of(e->length());
 	uint64_t c0, c1;
 	chunks_of(e, level, c0, c1);

@@ -36,6 +36,9 @@ public:
 	void grow();
 	void erase(Entry *e);
 	size_t size() const { return entries_; }
+	// Inserts ever made: a writer that saw no entry in a range, and no
+	// insert since, knows there is still none there.
+	uint64_t inserts() const { return inserts_; }
 	size_t bytes() const { return capacity_ * sizeof(Slot); }
 	// Entries must come from memory below this address, 16-byte aligned
 	// (EntryPool's blocks are): a slot packs the pointer with a key tag.
@@ -182,6 +185,7 @@ private:
 	alignas(64) size_t used_ = 0;
 	size_t entries_ = 0;
 	size_t capacity_ = 0;
+	uint64_t inserts_ = 0;
 	size_t level_count_[kLevels] = {};
 	BigArray table_;
 };

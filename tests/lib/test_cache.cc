@@ -448,6 +448,33 @@ TEST_F(CacheTest, SlidingWindowMergesIntoOneEntry)
 	EXPECT_EQ(misses, stats().misses);
 }
 
+// A miss searches the index for entries its range overlaps once, before
+// registering, and skips the search for entries its new one supersedes when
+// nothing was inserted meanwhile. Here something is: an entry inside the
+// range, registered by a call made from the register function.
+TEST_F(CacheTest, EntryInsertedDuringTheRegistrationOfOneCoveringItIsSuperseded)
+{
+	make();
+	Entry *inner = nullptr;
+	regs.on_register = [&](const FakeReg &r) {
+		if (r.len == 4 * page() && !inner)
+			inner = get(21, page()); // while pages 20-23 register
+		return 0;
+	};
+	Entry *outer = get(20, 4 * page());
+	regs.on_register = nullptr;
+	ASSERT_NE(nullptr, inner);
+	ASSERT_NE(inner, outer);
+	EXPECT_EQ(1u, stats().entries) << "the inner entry was left in the index";
+	EXPECT_EQ(1u, stats().in_use_detached);
+	Entry *again = get(21, page());
+	EXPECT_EQ(outer, again);
+	cache->put(inner); // out of the index: its last put deregisters it
+	EXPECT_EQ(1u, regs.deregistered);
+	cache->put(again);
+	cache->put(outer);
+}
+
 TEST_F(CacheTest, FailedUnionRetriesTheRequestAlone)
 {
 	make();
