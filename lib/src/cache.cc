@@ -413,16 +413,14 @@ int Cache::get_slow(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry 
 	bool merge = true;
 	for (int attempt = 0;; attempt++) {
 		sync(w);
-		auto has_access = [access](const Entry *c) {
-			return (c->access & access) == access;
-		};
-		if (Entry *x = index_.find_covering(s, e, has_access)) {
+		Entry *x = nullptr;
+		const MissPlan plan = plan_miss(s, e, access, merge, &x);
+		if (x) {
 			x->refs.fetch_add(1, std::memory_order_relaxed);
 			st_.hits++;
 			*out = x;
 			return 0;
 		}
-		const MissPlan plan = plan_miss(s, e, access, merge);
 		Entry *p = nullptr;
 		int rc = prepare_entry(w, plan, &p);
 		if (rc < 0)
@@ -495,14 +493,26 @@ int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, voi
 // covers the request but lacks access is replaced by one with both rights.
 // Adjacent entries are not merged: many small neighbouring buffers would
 // then re-register an ever larger region on each miss.
-Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const
+//
+// *covering: an entry that covers the request with the access asked for,
+// or nullptr: a hit after all (inserted by another thread since the
+// caller's lookup, or the lookup ran before a drain). Found by the same
+// search, so that a miss searches the index once.
+Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge,
+				 Entry **covering) const
 {
 	MissPlan p{s, e, access, false, false, merge, index_.inserts()};
-	if (!merge)
+	*covering = nullptr;
+	if (!merge) {
+		*covering = index_.find_covering(
+			s, e, [access](const Entry *c) { return (c->access & access) == access; });
 		return p;
+	}
 	index_.for_each_overlapping(s, e, [&](Entry *y) {
 		if ((y->access & access) != access)
 			p.upgrade = true;
+		else if (!*covering && y->covers(s, e))
+			*covering = y;
 		p.start = std::min(p.start, y->start);
 		p.end = std::max(p.end, y->end);
 		p.access |= y->access;

@@ -203,7 +203,8 @@ private:
 	void put_slow(Entry *x, bool released);
 
 	// The steps of a miss (see get_slow).
-	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge) const;
+	MissPlan plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge,
+			   Entry **covering) const;
 	Entry *new_pending_entry(uintptr_t s, uintptr_t e, uint32_t access);
 	int commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try);
 	void abandon_entry(Writer &w, Entry *p);

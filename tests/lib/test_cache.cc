@@ -320,6 +320,26 @@ TEST_F(CacheTest, RangeMonitorInvalidatesOverlaps)
 	EXPECT_EQ(3u, regs.registered);
 }
 
+// After a drain the inline lookup gives way to the writer's, which must
+// still find the entry a hit needs (in the same search that plans a miss),
+// not register the range again.
+TEST_F(CacheTest, HitAfterADrainRegistersNothing)
+{
+	Options o;
+	o.range_mode = true;
+	make(o);
+	Entry *a = get(0, 4 * page());
+	cache->put(a);
+	const uint64_t hits = stats().hits;
+	mon->unmap(addr(9), addr(10)); // elsewhere: the counter moves, no entry dies
+	Entry *b = get(1, page());
+	EXPECT_EQ(a, b);
+	EXPECT_EQ(1u, regs.registered);
+	EXPECT_EQ(hits + 1, stats().hits);
+	EXPECT_EQ(0u, stats().invalidations);
+	cache->put(b);
+}
+
 TEST_F(CacheTest, CallerInvalidation)
 {
 	make();
