@@ -217,11 +217,14 @@ void RangeIndex::for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const
 {
 	// Probing every chunk of a large range at a fine level could cost more
 	// than looking at every slot once: pick the cheaper.
+	// Populated levels only (a miss among one-page buffers spent 200 of
+	// its 360 instructions here stepping through all 26).
 	const uint32_t mask = level_mask_.load(std::memory_order_acquire);
 	size_t probes = 0;
-	for (unsigned level = 0; level < kLevels; level++)
-		if (mask & (uint32_t(1) << level))
-			probes += ((e - 1) >> shift_of(level)) - (s >> shift_of(level)) + 1;
+	for (uint32_t levels = mask; levels; levels &= levels - 1) {
+		const unsigned level = unsigned(__builtin_ctz(levels));
+		probes += ((e - 1) >> shift_of(level)) - (s >> shift_of(level)) + 1;
+	}
 	if (probes > capacity_ / 4) {
 		for_each([&](Entry *x) {
 			if (x->overlaps(s, e))
@@ -229,9 +232,8 @@ void RangeIndex::for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const
 		});
 		return;
 	}
-	for (unsigned level = 0; level < kLevels; level++) {
-		if (!(mask & (uint32_t(1) << level)))
-			continue;
+	for (uint32_t levels = mask; levels; levels &= levels - 1) {
+		const unsigned level = unsigned(__builtin_ctz(levels));
 		const uint64_t first = s >> shift_of(level);
 		const uint64_t last = (e - 1) >> shift_of(level);
 		for (uint64_t c = first; c <= last; c++) {
