@@ -102,9 +102,15 @@ private:
 	{
 		return (uint64_t(level) + 1) << 56 | chunk;
 	}
+	// The block's hash, which places the key's block (home()) and, from
+	// lower bits, makes its tag: one multiply for both.
+	static MRN_HOT_INLINE uint64_t block_hash(uint64_t key)
+	{
+		return (key >> kBlockBits) * UINT64_C(0x9E3779B97F4A7C15);
+	}
 	static MRN_HOT_INLINE uint64_t tag_of(uint64_t key)
 	{
-		return (key * UINT64_C(0xD6E8FEB86659FD93)) >> (64 - kTagBits);
+		return ((block_hash(key) >> 20) ^ key) & kTagMask;
 	}
 	static uint64_t make_slot(Entry *e, bool second, uint64_t key)
 	{
@@ -156,8 +162,7 @@ private:
 	static constexpr unsigned kBlockBits = 4;
 	MRN_HOT_INLINE size_t home(uint64_t key) const
 	{
-		const uint64_t block = (key >> kBlockBits) * UINT64_C(0x9E3779B97F4A7C15);
-		return size_t(((block >> hash_shift_) << kBlockBits |
+		return size_t(((block_hash(key) >> hash_shift_) << kBlockBits |
 			       (key & ((uint64_t(1) << kBlockBits) - 1))) &
 			      mask_);
 	}
