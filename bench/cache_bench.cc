@@ -308,19 +308,23 @@ double throughput(C &c, const Arena &a, size_t n, int threads, size_t hits_per_t
 
 // ns per miss (get of a new range + put), minus the register function's
 // own time (measured alone).
+// ns to fill a fresh cache with n buffers: n misses.
+template <typename C>
+double fill_ns(const Arena &a, size_t n)
+{
+	C c;
+	const auto t0 = Clock::now();
+	populate(c, a, n);
+	return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+}
+
 template <typename C>
 double miss_overhead(size_t n)
 {
 	Arena a(n);
 	double best = 1e30;
-	for (int rep = 0; rep < 3; rep++) {
-		C o;
-		const auto t0 = Clock::now();
-		populate(o, a, n);
-		const double ns =
-			std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-		best = std::min(best, ns / double(n));
-	}
+	for (int rep = 0; rep < 3; rep++)
+		best = std::min(best, fill_ns<C>(a, n) / double(n));
 	uint64_t payload = 0;
 	const auto t0 = Clock::now();
 	for (size_t i = 0; i < n; i++)
@@ -532,12 +536,8 @@ int profile_misses(const char *spec)
 	}
 	Arena a(n);
 	double ns = 0;
-	for (int rep = 0; rep < 5; rep++) {
-		Ours ours;
-		const auto t0 = Clock::now();
-		populate(ours, a, n);
-		ns += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-	}
+	for (int rep = 0; rep < 5; rep++)
+		ns += fill_ns<Ours>(a, n);
 	std::printf("profile: %.1f ns per miss over %llu misses\n", ns / double(5 * n), 5 * n);
 	return 0;
 }
