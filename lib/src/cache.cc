@@ -29,10 +29,12 @@ constexpr int kMaxRaceRetries = 16;
 // is retried this many times, each after evicting an idle entry.
 constexpr int kMaxTrackRetries = 8;
 
-// Eviction looks at this many index slots from its clock hand at the most,
-// and picks the least recently used of the first kEvictSample idle entries
-// it meets there: each victim costs a bounded number of cache lines however
-// large the cache, and small caches get exact LRU.
+// Eviction looks at this many entries from its clock hand at the most, and
+// picks the least recently used of the first kEvictSample idle entries it
+// meets there: each victim costs a bounded number of entries however large
+// the cache (and the empty slots between them: all of the table when it
+// grew for many more entries than it holds), and small caches get exact
+// LRU.
 constexpr size_t kEvictScan = 256;
 constexpr unsigned kEvictSample = 16;
 
@@ -767,8 +769,8 @@ void Cache::insert(Writer &w, Entry *p)
 
 // --- idle entries and limits -----------------------------------------------------------------
 
-// The least recently used of the first kEvictSample idle entries within
-// kEvictScan slots of the clock hand, or nullptr.
+// The least recently used of the first kEvictSample idle entries among the
+// kEvictScan entries after the clock hand, or nullptr.
 Entry *Cache::pick_victim()
 {
 	Entry *best = nullptr;

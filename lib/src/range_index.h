@@ -57,13 +57,16 @@ public:
 	template <typename Fn>
 	void for_each(Fn fn) const;
 
-	// A clock hand over the table, for eviction: calls fn(entry) for the
-	// entries filed in up to max_slots slots from *hand on (wrapping), each
-	// at the slot of its first chunk, until fn returns true, and leaves
-	// *hand after the last slot looked at. Table growth and erasure move
-	// slots, so an entry may be met twice or skipped in one round.
+	// A clock hand over the table, for eviction: calls fn(entry) for up to
+	// max_entries entries from *hand on (wrapping, once round the table at
+	// most), each at the slot of its first chunk, until fn returns true,
+	// and leaves *hand after the last slot looked at. Bounded by entries,
+	// not slots: a table that grew for many entries and lost most of them
+	// keeps its size, and a stretch of slots may hold none. Table growth
+	// and erasure move slots, so an entry may be met twice or skipped in
+	// one round.
 	template <typename Fn>
-	void sweep(size_t *hand, size_t max_slots, Fn fn) const;
+	void sweep(size_t *hand, size_t max_entries, Fn fn) const;
 
 	// Slots a lookup of [s, e) reads (find_covering with nothing
 	// acceptable): what a miss costs, for tests of the table's clustering.
@@ -261,14 +264,17 @@ void RangeIndex::for_each_overlapping(uintptr_t s, uintptr_t e, Fn fn) const
 }
 
 template <typename Fn>
-void RangeIndex::sweep(size_t *hand, size_t max_slots, Fn fn) const
+void RangeIndex::sweep(size_t *hand, size_t max_entries, Fn fn) const
 {
-	size_t i = *hand & mask_;
-	for (size_t k = 0; k < max_slots && k < capacity_; k++) {
+	size_t i = *hand & mask_, met = 0;
+	for (size_t k = 0; k < capacity_ && met < max_entries; k++) {
 		const uint64_t w = slots_[i].load(std::memory_order_acquire);
 		i = (i + 1) & mask_;
-		if (w != 0 && !slot_second(w) && fn(slot_entry(w)))
-			break;
+		if (w != 0 && !slot_second(w)) {
+			met++;
+			if (fn(slot_entry(w)))
+				break;
+		}
 	}
 	*hand = i;
 }

@@ -250,6 +250,27 @@ TEST_F(CacheTest, EntriesInUseAreNeverEvicted)
 	EXPECT_LE(stats().entries, 1u);
 }
 
+// Eviction looks at a bounded stretch of the index from a clock hand; in a
+// table that grew for many entries and then lost most of them, that
+// stretch may hold no entry at all. Every idle entry left must still be
+// found.
+TEST_F(CacheTest, EvictionFindsTheFewEntriesOfASparseTable)
+{
+	make();
+	constexpr size_t kMany = 4000, kLeft = 10;
+	for (size_t i = 0; i < kMany; i++)
+		cache->put(get(2 * i, page()));
+	// All but kLeft invalidated: the table keeps its size.
+	mon->unmap(addr(0), addr(2 * (kMany - kLeft)));
+	Entry *x = get(2 * kMany, page()); // a miss drains the invalidations
+	cache->put(x);
+	ASSERT_EQ(kLeft + 1, stats().entries);
+	for (size_t i = 0; i <= kLeft; i++)
+		EXPECT_TRUE(cache->evict_one()) << "eviction " << i << " found nothing";
+	EXPECT_FALSE(cache->evict_one());
+	EXPECT_EQ(0u, stats().entries);
+}
+
 TEST_F(CacheTest, PinnedBytesLimit)
 {
 	Options o;
