@@ -71,6 +71,7 @@ public:
 	// Only the functions cache.h marks as dropping the writer mutex use it.
 	std::unique_lock<std::mutex> &lock() { return lock_; }
 	CacheLock &cache_lock() { return cache_.lock_; }
+	Cache &cache() { return cache_; }
 
 	EntryStack doomed;
 
@@ -85,6 +86,14 @@ private:
 class Cache::Excluded {
 public:
 	explicit Excluded(Writer &w) : writer_(w), guard_(w.cache_lock()) {}
+	// Every erasure from the index happens in one of these: a table left
+	// mostly empty shrinks here, before readers come back.
+	~Excluded()
+	{
+		Cache &c = writer_.cache();
+		if (c.index_.shrink_if_sparse())
+			c.evict_hand_ = 0;
+	}
 	Excluded(const Excluded &) = delete;
 	Excluded &operator=(const Excluded &) = delete;
 	Writer &writer() { return writer_; }

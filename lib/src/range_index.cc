@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "range_index.h"
 
+#include <algorithm>
+
 namespace mrn {
 
 RangeIndex::RangeIndex(unsigned page_shift)
@@ -27,7 +29,7 @@ void RangeIndex::clear()
 	// 8 KiB to start with: a cache of tens of buffers then reads a slot or
 	// two a lookup, not five (capi_bench's sizes under cachegrind, 64
 	// slots at first: 4.8 slots and 1.1 mispredicted branches a hit).
-	alloc_table(1024);
+	alloc_table(kFirstCapacity);
 	entries_ = 0;
 	for (auto &c : level_count_)
 		c = 0;
@@ -100,17 +102,34 @@ void RangeIndex::erase_slot(uint64_t slot)
 	used_--;
 }
 
-void RangeIndex::grow()
+void RangeIndex::rehash(size_t capacity)
 {
 	BigArray old_table = std::move(table_);
 	const Slot *old = slots_;
 	const size_t old_capacity = capacity_;
-	alloc_table(old_capacity * 2);
+	alloc_table(capacity);
 	for (size_t i = 0; i < old_capacity; i++) {
 		const uint64_t w = old[i].load(std::memory_order_relaxed);
 		if (w != 0)
 			put_slot(slot_key(w), w);
 	}
+}
+
+void RangeIndex::grow()
+{
+	rehash(capacity_ * 2);
+}
+
+// Growth happens at 3/4 full, so a table shrunk at 1/16 to a quarter of its
+// size (1/4 full at most) grows again only after its entries triple: no
+// back and forth. Each shrink follows the erasure of most of a table, which
+// pays for it.
+bool RangeIndex::shrink_if_sparse()
+{
+	if (capacity_ <= kFirstCapacity || used_ * 16 > capacity_)
+		return false;
+	rehash(std::max(capacity_ / 4, kFirstCapacity));
+	return true;
 }
 
 size_t RangeIndex::slots_read_by_miss(uintptr_t s, uintptr_t e) const

@@ -34,6 +34,10 @@ public:
 	void insert(Entry *e);
 	bool insert_needs_growth() const { return (used_ + 2) * 4 > capacity_ * 3; }
 	void grow();
+	// With readers excluded: a table at most 1/16 full (it grew for many
+	// more entries than it now holds) moves to a quarter of its size, not
+	// below the first table's. True if it did.
+	bool shrink_if_sparse();
 	void erase(Entry *e);
 	size_t size() const { return entries_; }
 	// Inserts ever made: a writer that saw no entry in a range, and no
@@ -169,6 +173,8 @@ private:
 			       (key & ((uint64_t(1) << kBlockBits) - 1))) &
 			      mask_);
 	}
+	static constexpr size_t kFirstCapacity = 1024;
+	void rehash(size_t capacity);
 	void put_slot(uint64_t key, uint64_t slot);
 	void erase_slot(uint64_t slot);
 	void alloc_table(size_t capacity);

@@ -88,6 +88,54 @@ TEST_P(RangeIndexRandom, AgreesWithBruteForce)
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RangeIndexRandom, ::testing::Values(1u, 2u, 3u, 4u));
 
+// A table that grew for many entries and lost most of them shrinks (with
+// readers excluded, as the cache calls it), and every entry left is still
+// found, by lookup and by overlap.
+TEST(RangeIndex, SparseTableShrinksAndKeepsItsEntries)
+{
+	std::mt19937_64 rng(11);
+	RangeIndex ix(kShift);
+	EntryPool pool(0);
+	std::vector<Entry *> live;
+	const uintptr_t base = uintptr_t(1) << 40;
+	const size_t first_bytes = ix.bytes();
+	for (size_t i = 0; i < 6000; i++) {
+		Entry *x = pool.allocate();
+		x->start = base + (rng() % 100000) * kPage;
+		x->end = x->start + (1 + rng() % 8) * kPage;
+		if (ix.insert_needs_growth())
+			ix.grow();
+		ix.insert(x);
+		live.push_back(x);
+	}
+	const size_t grown_bytes = ix.bytes();
+	ASSERT_GT(grown_bytes, first_bytes);
+	EXPECT_FALSE(ix.shrink_if_sparse()) << "shrank a full table";
+	while (live.size() > 40) {
+		ix.erase(live.back());
+		pool.release(live.back());
+		live.pop_back();
+	}
+	EXPECT_TRUE(ix.shrink_if_sparse());
+	EXPECT_LT(ix.bytes(), grown_bytes);
+	while (ix.shrink_if_sparse()) {
+	}
+	EXPECT_EQ(first_bytes, ix.bytes()) << "not down to the first table";
+	ASSERT_EQ(live.size(), ix.size());
+	for (Entry *x : live) {
+		EXPECT_NE(nullptr, ix.find_covering(x->start, x->end,
+						    [x](const Entry *c) { return c == x; }));
+		bool met = false;
+		ix.for_each_overlapping(x->start, x->end, [&](Entry *y) { met |= y == x; });
+		EXPECT_TRUE(met);
+	}
+	std::multiset<Entry *> all;
+	ix.for_each([&](Entry *x) { all.insert(x); });
+	EXPECT_EQ(std::multiset<Entry *>(live.begin(), live.end()), all);
+	for (Entry *x : live)
+		pool.release(x);
+}
+
 // Many small adjacent buffers (MPI messages malloc'ed one after another) and
 // a few large ones: a lookup of a new buffer must end after a few slots.
 // Linear probing walks to the end of a run of full slots, and adjacent
