@@ -306,8 +306,6 @@ double throughput(C &c, const Arena &a, size_t n, int threads, size_t hits_per_t
 	return best;
 }
 
-// ns per miss (get of a new range + put), minus the register function's
-// own time (measured alone).
 // ns to fill a fresh cache with n buffers: n misses.
 template <typename C>
 double fill_ns(const Arena &a, size_t n)
@@ -318,6 +316,8 @@ double fill_ns(const Arena &a, size_t n)
 	return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 }
 
+// ns per miss (get of a new range + put), minus the register function's
+// own time (measured alone).
 template <typename C>
 double miss_overhead(size_t n)
 {

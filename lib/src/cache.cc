@@ -162,10 +162,10 @@ struct Cache::MissPlan {
 	uint32_t access;
 	bool merged;  // grown to cover the entries it overlaps
 	bool upgrade; // one of them lacked the access asked for
-	// The index was searched for entries overlapping the request (it
-	// found none unless merged), after this many inserts.
-	bool searched;
-	uint64_t searched_at;
+	// index_.inserts() when the search found no entry overlapping the
+	// request; kNotEmpty when it found some, or did not search.
+	uint64_t empty_at;
+	static constexpr uint64_t kNotEmpty = UINT64_MAX;
 };
 
 Cache::Cache(Key, const mrn_config &c, MonitorFactory open)
@@ -512,7 +512,7 @@ int Cache::get_uncached(void *addr, size_t len, uint32_t access, bool exact, voi
 Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool merge,
 				 Entry **covering) const
 {
-	MissPlan p{s, e, access, false, false, merge, index_.inserts()};
+	MissPlan p{s, e, access, false, false, MissPlan::kNotEmpty};
 	*covering = nullptr;
 	if (!merge) {
 		*covering = index_.find_covering(
@@ -529,6 +529,8 @@ Cache::MissPlan Cache::plan_miss(uintptr_t s, uintptr_t e, uint32_t access, bool
 		p.access |= y->access;
 		p.merged = true;
 	});
+	if (!p.merged)
+		p.empty_at = index_.inserts();
 	return p;
 }
 
@@ -733,7 +735,7 @@ int Cache::commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try
 	// found none and nothing but p was inserted since (the writer mutex
 	// was let go around the registration): most misses, which then
 	// search the index once, not twice.
-	if (plan && plan->searched && !plan->merged && index_.inserts() == plan->searched_at + 1)
+	if (plan && plan->empty_at != MissPlan::kNotEmpty && index_.inserts() == plan->empty_at + 1)
 		return 0;
 	EntryStack old;
 	index_.for_each_overlapping(p->start, p->end, [&](Entry *y) {

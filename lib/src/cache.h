@@ -71,7 +71,7 @@ public:
 				if (!keep_idle_ || !section.owns_record() ||
 				    !deltas_.get(section.index(), c))
 					c->refs.fetch_add(1, std::memory_order_relaxed);
-				count_hit(section.place());
+				count_hit(section.index());
 			}
 			return c;
 		});
@@ -155,12 +155,12 @@ private:
 		*e = (a + len + page_mask_) & ~page_mask_;
 		return true;
 	}
-	MRN_HOT_INLINE void count_hit(unsigned place)
+	MRN_HOT_INLINE void count_hit(unsigned idx)
 	{
 		// Each thread owns its counter's line: a plain increment, no
 		// locked instruction (threads beyond the record table share one
 		// and may lose counts, which only statistics would notice).
-		auto &h = hits_[place].n;
+		auto &h = hits_[idx].n;
 		h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 	}
 	// LRU order: the tick (moved by misses and evictions) first, then the

@@ -10,7 +10,7 @@
 // benchmarks' builds (three calls per hit); each step is inlined by force
 // so that a hit compiles to one straight sequence wherever it is used.
 #define MRN_HOT_INLINE inline __attribute__((always_inline))
-// The same for a lambda: [&](...) MRN_HOT_LAMBDA { ... }.
+// The same for a lambda: [x](...) MRN_HOT_LAMBDA { ... }.
 #define MRN_HOT_LAMBDA __attribute__((always_inline))
 
 #endif

@@ -127,6 +127,8 @@ template <bool Owned>
 class ReadSection {
 public:
 	MRN_HOT_INLINE ReadSection(unsigned idx, uint32_t prev) : idx_(idx), prev_(prev) {}
+	// At most kMaxReaderRecords (the overflow record's, shared by the
+	// threads beyond the records): a place in a table of that many + 1.
 	MRN_HOT_INLINE unsigned index() const { return idx_; }
 	// Not nested in another section of this thread (a signal handler's
 	// section may be nested in the code it interrupted), and with a record
@@ -135,12 +137,6 @@ public:
 	MRN_HOT_INLINE bool owns_record() const
 	{
 		return Owned || (prev_ == 0 && idx_ < kMaxReaderRecords);
-	}
-	// The thread's place in a table of kMaxReaderRecords + 1, the last
-	// shared by the threads beyond the records.
-	MRN_HOT_INLINE unsigned place() const
-	{
-		return Owned || idx_ < kMaxReaderRecords ? idx_ : kMaxReaderRecords;
 	}
 
 private:
