@@ -763,17 +763,20 @@ void Cache::abandon_entry(Writer &w, Entry *p)
 
 void Cache::insert(Writer &w, Entry *p)
 {
+	// Growth first: when it throws (std::bad_alloc, which the C API turns
+	// into -ENOMEM), p is still among the unindexed entries, which the
+	// cache's end deregisters, not lost half indexed.
+	if (index_.insert_needs_growth()) {
+		Excluded ex(w);
+		index_.grow();
+		evict_hand_ = 0;
+	}
 	unindexed_.erase(p);
 	// One reference for the index, one for the caller.
 	p->refs.store(Entry::kIndexRef + 1, std::memory_order_relaxed);
 	p->state.store(Entry::kIndexed, std::memory_order_relaxed);
 	p->last_use.store(lru_stamp(), std::memory_order_relaxed);
 	advance_lru_tick(w);
-	if (index_.insert_needs_growth()) {
-		Excluded ex(w);
-		index_.grow();
-		evict_hand_ = 0;
-	}
 	// Hits may run meanwhile: the index publishes the slot last.
 	index_.insert(p);
 }

@@ -2,6 +2,7 @@
 #include "range_index.h"
 
 #include <algorithm>
+#include <new>
 
 namespace mrn {
 
@@ -13,8 +14,13 @@ RangeIndex::RangeIndex(unsigned page_shift)
 
 void RangeIndex::alloc_table(size_t capacity)
 {
+	use_table(BigArray(capacity * sizeof(Slot)), capacity);
+}
+
+void RangeIndex::use_table(BigArray table, size_t capacity)
+{
 	// mmap'ed memory is zero: every slot starts empty.
-	table_ = BigArray(capacity * sizeof(Slot));
+	table_ = std::move(table);
 	slots_ = static_cast<Slot *>(table_.data());
 	capacity_ = capacity;
 	mask_ = capacity - 1;
@@ -104,10 +110,14 @@ void RangeIndex::erase_slot(uint64_t slot)
 
 void RangeIndex::rehash(size_t capacity)
 {
+	// The new table first: when it cannot be had (std::bad_alloc), the
+	// index is as it was. Taken after the old one was moved out, the old
+	// one was unmapped on the way out and the index left pointing at it.
+	BigArray fresh(capacity * sizeof(Slot));
 	BigArray old_table = std::move(table_);
 	const Slot *old = slots_;
 	const size_t old_capacity = capacity_;
-	alloc_table(capacity);
+	use_table(std::move(fresh), capacity);
 	for (size_t i = 0; i < old_capacity; i++) {
 		const uint64_t w = old[i].load(std::memory_order_relaxed);
 		if (w != 0)
@@ -124,11 +134,15 @@ void RangeIndex::grow()
 // size (1/4 full at most) grows again only after its entries triple: no
 // back and forth. Each shrink follows the erasure of most of a table, which
 // pays for it.
-bool RangeIndex::shrink_if_sparse()
+bool RangeIndex::shrink_if_sparse() noexcept
 {
 	if (capacity_ <= kFirstCapacity || used_ * 16 > capacity_)
 		return false;
-	rehash(std::max(capacity_ / 4, kFirstCapacity));
+	try {
+		rehash(std::max(capacity_ / 4, kFirstCapacity));
+	} catch (const std::bad_alloc &) {
+		return false; // the larger table serves as well
+	}
 	return true;
 }
 

@@ -33,11 +33,14 @@ public:
 	// readers excluded.
 	void insert(Entry *e);
 	bool insert_needs_growth() const { return (used_ + 2) * 4 > capacity_ * 3; }
+	// std::bad_alloc when the larger table cannot be had; the index is
+	// then unchanged.
 	void grow();
 	// With readers excluded: a table at most 1/16 full (it grew for many
 	// more entries than it now holds) moves to a quarter of its size, not
-	// below the first table's. True if it did.
-	bool shrink_if_sparse();
+	// below the first table's. True if it did. Never throws: a destructor
+	// calls it (Cache::Excluded).
+	bool shrink_if_sparse() noexcept;
 	void erase(Entry *e);
 	size_t size() const { return entries_; }
 	// Inserts ever made: a writer that saw no entry in a range, and no
@@ -178,6 +181,7 @@ private:
 	void put_slot(uint64_t key, uint64_t slot);
 	void erase_slot(uint64_t slot);
 	void alloc_table(size_t capacity);
+	void use_table(BigArray table, size_t capacity);
 	// Chunks of e at its level: first and last (equal for a one-chunk entry).
 	void chunks_of(const Entry *e, unsigned level, uint64_t &c0, uint64_t &c1) const
 	{

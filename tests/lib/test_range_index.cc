@@ -5,6 +5,12 @@
 #include "range_index.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <new>
 
 #include <algorithm>
 #include <random>
@@ -134,6 +140,85 @@ TEST(RangeIndex, SparseTableShrinksAndKeepsItsEntries)
 	EXPECT_EQ(std::multiset<Entry *>(live.begin(), live.end()), all);
 	for (Entry *x : live)
 		pool.release(x);
+}
+
+// A table that cannot be had (the address space is full) leaves the index
+// as it was: growth reports std::bad_alloc and every entry is still found;
+// shrinking, which a destructor calls, reports nothing and keeps the larger
+// table. Run in a child whose address space is capped just above its use.
+TEST(RangeIndex, TableThatCannotBeHadLeavesTheIndexIntact)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	GTEST_SKIP() << "the sanitizers reserve address space that RLIMIT_AS would cut";
+#else
+	const uintptr_t base = uintptr_t(1) << 40;
+	RangeIndex ix(kShift);
+	EntryPool pool(0);
+	std::vector<Entry *> live;
+	// Grown to 2^18 slots (2 MiB): the next table needs 4 MiB more.
+	while (ix.bytes() < (size_t(2) << 20) || !ix.insert_needs_growth()) {
+		if (ix.insert_needs_growth())
+			ix.grow();
+		Entry *x = pool.allocate();
+		x->start = base + live.size() * 2 * kPage;
+		x->end = x->start + kPage;
+		ix.insert(x);
+		live.push_back(x);
+	}
+	auto all_found = [&] {
+		for (Entry *x : live)
+			if (!ix.find_covering(x->start, x->end, [x](const Entry *c) { return c == x; }))
+				return false;
+		return ix.size() == live.size();
+	};
+	const pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		long pages = 0;
+		FILE *f = std::fopen("/proc/self/statm", "r");
+		if (!f || std::fscanf(f, "%ld", &pages) != 1)
+			_exit(2);
+		std::fclose(f);
+		const rlim_t cap = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(1) << 20);
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_AS, &rl) != 0)
+			_exit(2);
+		rl.rlim_cur = cap;
+		if (setrlimit(RLIMIT_AS, &rl) != 0)
+			_exit(2);
+		const size_t before = ix.bytes();
+		bool threw = false;
+		try {
+			ix.grow();
+		} catch (const std::bad_alloc &) {
+			threw = true;
+		}
+		if (!threw)
+			_exit(3); // the cap did not bite: nothing shown
+		if (ix.bytes() != before || !all_found())
+			_exit(4);
+		// Most entries gone: a shrink is due, and its table (1 MiB) is
+		// refused too.
+		rl.rlim_cur = cap - (rlim_t(1) << 20);
+		if (setrlimit(RLIMIT_AS, &rl) != 0)
+			_exit(2);
+		while (live.size() > 100) {
+			ix.erase(live.back());
+			live.pop_back();
+		}
+		if (ix.shrink_if_sparse() || ix.bytes() != before || !all_found())
+			_exit(5);
+		_exit(0);
+	}
+	int status = 0;
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+	EXPECT_EQ(0, WEXITSTATUS(status))
+		<< "2: no cap could be set; 3: growth did not fail; 4: a failed growth changed "
+		   "the index; 5: a failed shrink changed it";
+	for (Entry *x : live)
+		pool.release(x);
+#endif
 }
 
 // Many small adjacent buffers (MPI messages malloc'ed one after another) and
