@@ -116,7 +116,10 @@ TEST_F(CacheTest, ManyEntriesSharingSlotsAddUp)
 TEST_F(CacheTest, HitsAndPutsNestedInAnotherSectionAreCounted)
 {
 	make();
-	cache->put(get(9, page()));
+	Entry *first = get(9, page());
+	cache->put(first);
+	// The atomic count's part; the thread's slot holds the rest.
+	const uint32_t refs = first->refs.load();
 	const uint64_t hits = stats().hits;
 	CacheLock other;
 	Entry *a = nullptr, *b = nullptr;
@@ -124,13 +127,17 @@ TEST_F(CacheTest, HitsAndPutsNestedInAnotherSectionAreCounted)
 		SharedGuard outer(other);
 		a = get(9, page()); // nested: the atomic count
 	}
+	ASSERT_NE(nullptr, a);
+	EXPECT_EQ(refs + 1, a->refs.load()) << "a nested hit used the thread's slot";
 	b = get(9, page()); // outermost: the slot
 	ASSERT_EQ(a, b);
+	EXPECT_EQ(refs + 1, a->refs.load()) << "an outermost hit did not use its slot";
 	EXPECT_EQ(hits + 2, stats().hits);
 	{
 		SharedGuard outer(other);
 		cache->put(b); // nested: the atomic count
 	}
+	EXPECT_EQ(refs, a->refs.load()) << "a nested put used the thread's slot";
 	EXPECT_EQ(0, cache->flush()) << "an entry in use was dropped";
 	cache->put(a); // outermost: the slot
 	EXPECT_EQ(1, cache->flush());
