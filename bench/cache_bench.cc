@@ -261,6 +261,36 @@ double time_chain(C &c, const Arena &a, const std::vector<uint32_t> &next, size_
 	return best;
 }
 
+// Work items per second with `threads` threads, each running body(t)
+// (which does `per_thread` items), best of three: all start together and
+// the clock runs until the last one ends.
+template <typename Body>
+double threads_rate(int threads, size_t per_thread, Body body)
+{
+	double best = 0;
+	for (int rep = 0; rep < 3; rep++) {
+		std::atomic<int> ready{0};
+		std::atomic<bool> go{false};
+		std::vector<std::thread> ts;
+		for (int t = 0; t < threads; t++)
+			ts.emplace_back([&, t] {
+				ready++;
+				while (!go.load())
+					;
+				body(t);
+			});
+		while (ready.load() < threads)
+			;
+		const auto t0 = Clock::now();
+		go = true;
+		for (auto &t : ts)
+			t.join();
+		const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+		best = std::max(best, double(threads) * double(per_thread) / s);
+	}
+	return best;
+}
+
 // Hits per second with `threads` threads, each on its own shuffled order
 // of all n entries, or (disjoint) of its own share of them, so that no
 // entry's cache line is written by two threads.
@@ -277,33 +307,32 @@ double throughput(C &c, const Arena &a, size_t n, int threads, size_t hits_per_t
 				orders[t].push_back(i);
 		std::shuffle(orders[t].begin(), orders[t].end(), std::mt19937(100 + t));
 	}
-	double best = 0;
-	for (int rep = 0; rep < 3; rep++) {
-		std::atomic<int> ready{0};
-		std::atomic<bool> go{false};
-		std::vector<std::thread> ts;
-		for (int t = 0; t < threads; t++)
-			ts.emplace_back([&, t] {
-				ready++;
-				while (!go.load())
-					;
-				size_t done = 0;
-				while (done < hits_per_thread) {
-					for (uint32_t i : orders[t])
-						c.put(c.get(a.buf(i), kBuf));
-					done += orders[t].size();
-				}
-			});
-		while (ready.load() < threads)
-			;
-		const auto t0 = Clock::now();
-		go = true;
-		for (auto &t : ts)
-			t.join();
-		const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-		best = std::max(best, double(threads) * double(hits_per_thread) / s);
-	}
-	return best;
+	return threads_rate(threads, hits_per_thread, [&](int t) {
+		size_t done = 0;
+		while (done < hits_per_thread) {
+			for (uint32_t i : orders[t])
+				c.put(c.get(a.buf(i), kBuf));
+			done += orders[t].size();
+		}
+	});
+}
+
+// Steps per second of a dependent chain of multiplies and shifts (no
+// memory), with `threads` threads: how far this machine's CPUs scale on
+// their own. Two virtual CPUs that are one core's hyperthreads, or a host
+// that runs something else on the second, scale less than 2x whatever the
+// cache does; the hit scaling is read against this.
+double arithmetic_rate(int threads, size_t steps)
+{
+	std::atomic<uint64_t> sink{0};
+	return threads_rate(threads, steps, [&](int t) {
+		uint64_t x = uint64_t(t) + 1;
+		for (size_t k = 0; k < steps; k++) {
+			x = x * UINT64_C(6364136223846793005) + UINT64_C(1442695040888963407);
+			x ^= x >> 29;
+		}
+		sink.fetch_add(x, std::memory_order_relaxed);
+	});
 }
 
 // ns to fill a fresh cache with n buffers: n misses.
@@ -665,6 +694,12 @@ int main(int argc, char **argv)
 				    "half: mrnotify %.1f Mhit/s (2 threads), scaling %.2fx; "
 				    "ucs_rcache %.1f, scaling %.2fx\n",
 				    d2 / 1e6, d2 / o1, v2 / 1e6, v2 / u1);
+			const size_t steps = quick ? 50000000 : 200000000;
+			const double m1 = arithmetic_rate(1, steps), m2 = arithmetic_rate(2, steps);
+			std::printf("the machine alone, two threads of arithmetic (no memory): "
+				    "scaling %.2fx; the hits' scaling against it: %.2f (same "
+				    "entries), %.2f (own halves)\n",
+				    m2 / m1, (o2 / o1) / (m2 / m1), (d2 / o1) / (m2 / m1));
 		}
 		{
 			// Both given the same no-op register function: what is left
