@@ -48,9 +48,9 @@ void RangeIndex::insert(Entry *e)
 	const unsigned level = level_of(e->length());
 	uint64_t c0, c1;
 	chunks_of(e, level, c0, c1);
-	put_slot(make_key(level, c0), make_slot(e, false, make_key(level, c0)));
+	put_slot(make_slot(e, false, make_key(level, c0)));
 	if (c1 != c0)
-		put_slot(make_key(level, c1), make_slot(e, true, make_key(level, c1)));
+		put_slot(make_slot(e, true, make_key(level, c1)));
 	entries_++;
 	// Writers are serialised, and lookups read the mask: store it only
 	// when the level was empty.
@@ -73,11 +73,11 @@ void RangeIndex::erase(Entry *e)
 				  std::memory_order_relaxed);
 }
 
-void RangeIndex::put_slot(uint64_t key, uint64_t slot)
+void RangeIndex::put_slot(uint64_t slot)
 {
 	// The cache keeps the load under 3/4 (insert_needs_growth): linear
 	// probing degrades past that, and a full table would never end a probe.
-	size_t i = home(key);
+	size_t i = home_of_slot(slot);
 	while (slots_[i].load(std::memory_order_relaxed) != 0)
 		i = (i + 1) & mask_;
 	slots_[i].store(slot, std::memory_order_release);
@@ -87,7 +87,7 @@ void RangeIndex::put_slot(uint64_t key, uint64_t slot)
 void RangeIndex::erase_slot(uint64_t slot)
 {
 	auto at = [this](size_t i) { return slots_[i].load(std::memory_order_relaxed); };
-	size_t i = home(slot_key(slot));
+	size_t i = home_of_slot(slot);
 	while (at(i) != slot) {
 		if (at(i) == 0)
 			return; // not filed: nothing to do
@@ -97,7 +97,7 @@ void RangeIndex::erase_slot(uint64_t slot)
 	// the hole, so that lookups never need tombstones.
 	size_t hole = i;
 	for (size_t j = (hole + 1) & mask_; at(j) != 0; j = (j + 1) & mask_) {
-		const size_t h = home(slot_key(at(j)));
+		const size_t h = home_of_slot(at(j));
 		const bool movable = (hole <= j) ? (h <= hole || h > j) : (h <= hole && h > j);
 		if (movable) {
 			slots_[hole].store(at(j), std::memory_order_relaxed);
@@ -121,7 +121,7 @@ void RangeIndex::rehash(size_t capacity)
 	for (size_t i = 0; i < old_capacity; i++) {
 		const uint64_t w = old[i].load(std::memory_order_relaxed);
 		if (w != 0)
-			put_slot(slot_key(w), w);
+			put_slot(w);
 	}
 }
 
@@ -154,10 +154,34 @@ size_t RangeIndex::slots_read_by_miss(uintptr_t s, uintptr_t e) const
 	while (levels) {
 		const unsigned level = unsigned(__builtin_ctz(levels));
 		levels &= levels - 1;
-		for (size_t i = home(make_key(level, s >> shift_of(level)));; i = (i + 1) & mask_) {
+		// As probe(): the first home read whatever it holds.
+		size_t i = home(make_key(level, s >> shift_of(level)), false);
+		read++;
+		do {
+			i = (i + 1) & mask_;
 			read++;
-			if (slots_[i].load(std::memory_order_relaxed) == 0)
+		} while (slots_[i].load(std::memory_order_relaxed) != 0);
+	}
+	return read;
+}
+
+size_t RangeIndex::slots_read_by_hit(uintptr_t s, uintptr_t e) const
+{
+	size_t read = 0;
+	uint32_t levels = level_mask_.load(std::memory_order_relaxed) &
+			  ~((uint32_t(1) << level_of(e - s)) - 1);
+	while (levels) {
+		const unsigned level = unsigned(__builtin_ctz(levels));
+		levels &= levels - 1;
+		const uint64_t key = make_key(level, s >> shift_of(level));
+		size_t i = home(key, false);
+		for (bool first = true;; first = false, i = (i + 1) & mask_) {
+			read++;
+			const uint64_t w = slots_[i].load(std::memory_order_relaxed);
+			if (w == 0 && !first)
 				break;
+			if (w != 0 && (w & kTagMask) == tag_of(key) && slot_entry(w)->covers(s, e))
+				return read;
 		}
 	}
 	return read;

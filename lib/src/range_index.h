@@ -78,6 +78,8 @@ public:
 	// Slots a lookup of [s, e) reads (find_covering with nothing
 	// acceptable): what a miss costs, for tests of the table's clustering.
 	size_t slots_read_by_miss(uintptr_t s, uintptr_t e) const;
+	// Slots find_covering(s, e, any entry) reads before it returns.
+	size_t slots_read_by_hit(uintptr_t s, uintptr_t e) const;
 
 	// The level for entries of len bytes: the smallest whose chunk (a page
 	// times 4^level) holds len. Public for tests.
@@ -116,7 +118,7 @@ private:
 	// lower bits, makes its tag: one multiply for both.
 	static MRN_HOT_INLINE uint64_t block_hash(uint64_t key)
 	{
-		return (key >> kBlockBits) * UINT64_C(0x9E3779B97F4A7C15);
+		return (key >> kBlockChunkBits) * UINT64_C(0x9E3779B97F4A7C15);
 	}
 	static MRN_HOT_INLINE uint64_t tag_of(uint64_t key)
 	{
@@ -143,7 +145,10 @@ private:
 	}
 	// Calls fn(slot) for each slot of key's probe run whose tag matches
 	// key's (the entry may still be another's: see Slot), until fn
-	// returns true.
+	// returns true. The run of the key's first-chunk home and of its
+	// second-chunk home, which follows it: an empty first home does not
+	// end the probe (no key homed there, but those homed at the next slot
+	// start their own run there).
 	template <typename Fn>
 	MRN_HOT_INLINE void probe(uint64_t key, Fn fn) const
 	{
@@ -153,32 +158,46 @@ private:
 		const Slot *const slots = slots_;
 		const size_t mask = mask_;
 		const uint64_t tag = tag_of(key);
-		for (size_t i = home(key);; i = (i + 1) & mask) {
+		size_t i = home(key, false);
+		const uint64_t first = slots[i].load(std::memory_order_acquire);
+		if ((first & kTagMask) == tag && first != 0 && fn(first))
+			return;
+		for (;;) {
+			i = (i + 1) & mask;
 			const uint64_t w = slots[i].load(std::memory_order_acquire);
 			if (w == 0 || ((w & kTagMask) == tag && fn(w)))
 				return;
 		}
 	}
-	// Neighbouring chunks stay neighbours in blocks of 2^kBlockBits slots
-	// (two cache lines), so that a walk through adjacent buffers reads the
-	// table in short streams; the blocks themselves are scattered by a
-	// multiplicative hash, so regular strides do not pile up. Blocks must
-	// stay short: linear probing walks to the end of a run of full slots,
-	// and adjacent buffers fill whole blocks, so a key whose home falls in
-	// such a run (another level's, or a colliding block's) probes through
-	// it. With 1024-slot blocks a miss among 30,000 small adjacent buffers
-	// probed thousands of slots (capi_bench's mpi-like pattern: 3.3 us per
-	// request against ucs_rcache's 0.08 us).
-	static constexpr unsigned kBlockBits = 4;
-	MRN_HOT_INLINE size_t home(uint64_t key) const
+	// Neighbouring chunks stay neighbours in blocks of 16 chunks (32
+	// slots, four cache lines), so that a walk through adjacent buffers
+	// reads the table in short streams; the blocks themselves are
+	// scattered by a multiplicative hash, so regular strides do not pile
+	// up. Each chunk has two homes side by side: one for the entries filed
+	// under it as their first chunk, one for those that straddle into it
+	// from the chunk before. Buffers as long as their level's chunk (64
+	// KiB, 256 KiB...) straddle unless aligned to it, and adjacent ones then
+	// file two keys a chunk: with one home a chunk their blocks held twice
+	// as many keys as slots, ran into each other, and a hit read 9 slots
+	// (AdjacentChunkSizedBuffersAreFoundAtTheirHomes). Blocks must stay
+	// short all the same: linear probing walks to the end of a run of full
+	// slots, and adjacent buffers fill runs. With 1024-slot blocks a miss
+	// among 30,000 small adjacent buffers probed thousands of slots
+	// (capi_bench's mpi-like pattern: 3.3 us per request against
+	// ucs_rcache's 0.08 us).
+	static constexpr unsigned kBlockChunkBits = 4;
+	static constexpr unsigned kBlockBits = kBlockChunkBits + 1;
+	MRN_HOT_INLINE size_t home(uint64_t key, bool second) const
 	{
 		return size_t(((block_hash(key) >> hash_shift_) << kBlockBits |
-			       (key & ((uint64_t(1) << kBlockBits) - 1))) &
+			       (key & ((uint64_t(1) << kBlockChunkBits) - 1)) << 1 |
+			       uint64_t(second)) &
 			      mask_);
 	}
+	size_t home_of_slot(uint64_t w) const { return home(slot_key(w), slot_second(w)); }
 	static constexpr size_t kFirstCapacity = 1024;
 	void rehash(size_t capacity);
-	void put_slot(uint64_t key, uint64_t slot);
+	void put_slot(uint64_t slot);
 	void erase_slot(uint64_t slot);
 	void alloc_table(size_t capacity);
 	void use_table(BigArray table, size_t capacity);
