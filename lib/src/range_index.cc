@@ -146,26 +146,7 @@ bool RangeIndex::shrink_if_sparse() noexcept
 	return true;
 }
 
-size_t RangeIndex::slots_read_by_miss(uintptr_t s, uintptr_t e) const
-{
-	size_t read = 0;
-	uint32_t levels = level_mask_.load(std::memory_order_relaxed) &
-			  ~((uint32_t(1) << level_of(e - s)) - 1);
-	while (levels) {
-		const unsigned level = unsigned(__builtin_ctz(levels));
-		levels &= levels - 1;
-		// As probe(): the first home read whatever it holds.
-		size_t i = home(make_key(level, s >> shift_of(level)), false);
-		read++;
-		do {
-			i = (i + 1) & mask_;
-			read++;
-		} while (slots_[i].load(std::memory_order_relaxed) != 0);
-	}
-	return read;
-}
-
-size_t RangeIndex::slots_read_by_hit(uintptr_t s, uintptr_t e) const
+size_t RangeIndex::slots_read(uintptr_t s, uintptr_t e, bool until_covering) const
 {
 	size_t read = 0;
 	uint32_t levels = level_mask_.load(std::memory_order_relaxed) &
@@ -174,13 +155,15 @@ size_t RangeIndex::slots_read_by_hit(uintptr_t s, uintptr_t e) const
 		const unsigned level = unsigned(__builtin_ctz(levels));
 		levels &= levels - 1;
 		const uint64_t key = make_key(level, s >> shift_of(level));
+		// As probe(): the first home read whatever it holds.
 		size_t i = home(key, false);
 		for (bool first = true;; first = false, i = (i + 1) & mask_) {
 			read++;
 			const uint64_t w = slots_[i].load(std::memory_order_relaxed);
 			if (w == 0 && !first)
 				break;
-			if (w != 0 && (w & kTagMask) == tag_of(key) && slot_entry(w)->covers(s, e))
+			if (until_covering && w != 0 && (w & kTagMask) == tag_of(key) &&
+			    slot_entry(w)->covers(s, e))
 				return read;
 		}
 	}

@@ -77,9 +77,9 @@ public:
 
 	// Slots a lookup of [s, e) reads (find_covering with nothing
 	// acceptable): what a miss costs, for tests of the table's clustering.
-	size_t slots_read_by_miss(uintptr_t s, uintptr_t e) const;
+	size_t slots_read_by_miss(uintptr_t s, uintptr_t e) const { return slots_read(s, e, false); }
 	// Slots find_covering(s, e, any entry) reads before it returns.
-	size_t slots_read_by_hit(uintptr_t s, uintptr_t e) const;
+	size_t slots_read_by_hit(uintptr_t s, uintptr_t e) const { return slots_read(s, e, true); }
 
 	// The level for entries of len bytes: the smallest whose chunk (a page
 	// times 4^level) holds len. Public for tests.
@@ -197,6 +197,7 @@ private:
 	size_t home_of_slot(uint64_t w) const { return home(slot_key(w), slot_second(w)); }
 	static constexpr size_t kFirstCapacity = 1024;
 	void rehash(size_t capacity);
+	size_t slots_read(uintptr_t s, uintptr_t e, bool until_covering) const;
 	void put_slot(uint64_t slot);
 	void erase_slot(uint64_t slot);
 	void alloc_table(size_t capacity);
