@@ -155,17 +155,15 @@ size_t RangeIndex::slots_read(uintptr_t s, uintptr_t e, bool until_covering) con
 		const unsigned level = unsigned(__builtin_ctz(levels));
 		levels &= levels - 1;
 		const uint64_t key = make_key(level, s >> shift_of(level));
-		// As probe(): the first home read whatever it holds.
-		size_t i = home(key, false);
-		for (bool first = true;; first = false, i = (i + 1) & mask_) {
+		bool found = false;
+		visit(key, [&](uint64_t w) {
 			read++;
-			const uint64_t w = slots_[i].load(std::memory_order_relaxed);
-			if (w == 0 && !first)
-				break;
-			if (until_covering && w != 0 && (w & kTagMask) == tag_of(key) &&
-			    slot_entry(w)->covers(s, e))
-				return read;
-		}
+			found = until_covering && w != 0 && (w & kTagMask) == tag_of(key) &&
+				slot_entry(w)->covers(s, e);
+			return found;
+		});
+		if (found)
+			return read;
 	}
 	return read;
 }

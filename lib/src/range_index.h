@@ -143,31 +143,43 @@ private:
 		chunks_of(x, level, c0, c1);
 		return make_key(level, slot_second(w) ? c1 : c0);
 	}
-	// Calls fn(slot) for each slot of key's probe run whose tag matches
-	// key's (the entry may still be another's: see Slot), until fn
-	// returns true. The run of the key's first-chunk home and of its
-	// second-chunk home, which follows it: an empty first home does not
-	// end the probe (no key homed there, but those homed at the next slot
-	// start their own run there).
+	// Calls fn(w) for each slot that key's probe reads (w: its word, 0 for
+	// an empty one), until fn returns true: the key's first-chunk home
+	// whatever it holds, then on from its second-chunk home, which follows
+	// it, to an empty slot. An empty first home does not end the probe: no
+	// key is homed there, but those homed at the next slot start their own
+	// run there.
 	template <typename Fn>
-	MRN_HOT_INLINE void probe(uint64_t key, Fn fn) const
+	MRN_HOT_INLINE void visit(uint64_t key, Fn fn) const
 	{
 		// In locals: the acquire loads below would make the compiler
 		// load the members again on every step (the table changes only
 		// with readers excluded).
 		const Slot *const slots = slots_;
 		const size_t mask = mask_;
-		const uint64_t tag = tag_of(key);
 		size_t i = home(key, false);
-		const uint64_t first = slots[i].load(std::memory_order_acquire);
-		if ((first & kTagMask) == tag && first != 0 && fn(first))
+		if (fn(slots[i].load(std::memory_order_acquire)))
 			return;
 		for (;;) {
 			i = (i + 1) & mask;
 			const uint64_t w = slots[i].load(std::memory_order_acquire);
-			if (w == 0 || ((w & kTagMask) == tag && fn(w)))
+			if (w == 0) {
+				fn(w);
+				return;
+			}
+			if (fn(w))
 				return;
 		}
+	}
+	// Calls fn(w) for each slot of key's probe whose tag matches key's
+	// (the entry may still be another's: see Slot), until fn returns true.
+	template <typename Fn>
+	MRN_HOT_INLINE void probe(uint64_t key, Fn fn) const
+	{
+		const uint64_t tag = tag_of(key);
+		visit(key, [&](uint64_t w) MRN_HOT_LAMBDA {
+			return (w & kTagMask) == tag && w != 0 && fn(w);
+		});
 	}
 	// Neighbouring chunks stay neighbours in blocks of 16 chunks (32
 	// slots, four cache lines), so that a walk through adjacent buffers
