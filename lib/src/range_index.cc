@@ -24,9 +24,10 @@ void RangeIndex::use_table(BigArray table, size_t capacity)
 	slots_ = static_cast<Slot *>(table_.data());
 	capacity_ = capacity;
 	mask_ = capacity - 1;
-	// The block hash supplies the bits above the block.
+	// The block hash supplies every bit of a home but the last (which of
+	// a chunk's two homes): the block, and the chunks' shift within it.
 	const unsigned bits = unsigned(__builtin_ctzl(capacity));
-	hash_shift_ = bits > kBlockBits ? 64 - (bits - kBlockBits) : 63;
+	hash_shift_ = 64 - (bits - 1);
 	used_ = 0;
 }
 
