@@ -76,12 +76,32 @@ void RangeIndex::erase(Entry *e)
 
 void RangeIndex::put_slot(uint64_t slot)
 {
-	// The cache keeps the load under 3/4 (insert_needs_growth): linear
-	// probing degrades past that, and a full table would never end a probe.
-	size_t i = home_of_slot(slot);
-	while (slots_[i].load(std::memory_order_relaxed) != 0)
-		i = (i + 1) & mask_;
-	slots_[i].store(slot, std::memory_order_release);
+	// The cache keeps the load under 3/4 (insert_needs_growth): probing
+	// degrades past that, and a full table would never end a probe.
+	auto at = [this](size_t i) { return slots_[i].load(std::memory_order_relaxed); };
+	const size_t h = home_of_slot(slot);
+	// Its place: after every key homed at or before its home, that is at
+	// the first slot empty or nearer its own home than this one is to h.
+	size_t p = h, dist = 0;
+	while (at(p) != 0 && dist_at(p, at(p)) >= dist) {
+		p = (p + 1) & mask_;
+		dist++;
+	}
+	// Readers may be probing: move the rest of the run one slot on from
+	// its far end back, each word copied before its old slot is
+	// overwritten, so that a probe going forward meets every key (one of
+	// them perhaps twice), the homes in order and no empty slot; the new
+	// key last.
+	size_t end = p;
+	while (at(end) != 0)
+		end = (end + 1) & mask_;
+	for (size_t i = end; i != p;) {
+		const size_t from = (i - 1) & mask_;
+		const uint64_t w = at(from);
+		slots_[i].store(with_dist(w, dist_at(from, w) + 1), std::memory_order_release);
+		i = from;
+	}
+	slots_[p].store(with_dist(slot, dist), std::memory_order_release);
 	used_++;
 }
 
@@ -89,21 +109,21 @@ void RangeIndex::erase_slot(uint64_t slot)
 {
 	auto at = [this](size_t i) { return slots_[i].load(std::memory_order_relaxed); };
 	size_t i = home_of_slot(slot);
-	while (at(i) != slot) {
+	while ((at(i) & ~kDistField) != slot) {
 		if (at(i) == 0)
 			return; // not filed: nothing to do
 		i = (i + 1) & mask_;
 	}
-	// Backward-shift deletion: pull later members of the probe run into
-	// the hole, so that lookups never need tombstones.
+	// Backward-shift deletion (readers are excluded): pull the rest of the
+	// run one slot back, up to an empty slot or a key at its home, so that
+	// lookups never need tombstones and the homes stay in order.
 	size_t hole = i;
 	for (size_t j = (hole + 1) & mask_; at(j) != 0; j = (j + 1) & mask_) {
-		const size_t h = home_of_slot(at(j));
-		const bool movable = (hole <= j) ? (h <= hole || h > j) : (h <= hole && h > j);
-		if (movable) {
-			slots_[hole].store(at(j), std::memory_order_relaxed);
-			hole = j;
-		}
+		const size_t d = dist_at(j, at(j));
+		if (d == 0)
+			break;
+		slots_[hole].store(with_dist(at(j), d - 1), std::memory_order_relaxed);
+		hole = j;
 	}
 	slots_[hole].store(0, std::memory_order_relaxed);
 	used_--;

@@ -3,7 +3,8 @@
 // The cache's index: which entries cover an address range. An entry of
 // length L lives at the level whose chunk size C (a page times 4^level) is
 // the smallest with C >= L, so it spans one or two chunks there and is
-// filed under each in an open-addressing hash table keyed by (level, chunk).
+// filed under each in an open-addressing hash table keyed by (level, chunk),
+// with linear probing in Robin Hood order.
 // A lookup probes the chunk of its start address at each populated level
 // that can hold an entry long enough: usually one probe and one entry
 // touched, whatever the number of entries (a tree or a radix page table
@@ -27,7 +28,8 @@ class RangeIndex {
 public:
 	explicit RangeIndex(unsigned page_shift);
 
-	// insert() may run while readers look up (it publishes each slot
+	// insert() may run while readers look up (it moves slots so that a
+	// probe still meets every key filed before, and publishes the new one
 	// last), provided the table has room: when insert_needs_growth(), call
 	// grow() first with readers excluded. erase(), grow() and clear() need
 	// readers excluded.
@@ -97,18 +99,23 @@ private:
 	static constexpr unsigned kLevels = 26;
 	// One 8-byte word per slot (0: empty), published with one release
 	// store: the entry pointer (16-byte aligned, below 2^48) in the top 44
-	// bits, then a bit saying the slot files the entry's second chunk, then
-	// a 19-bit tag of the key. A lookup compares tags and touches only
+	// bits, then a bit saying the slot files the entry's second chunk, the
+	// slot's distance from its key's home (Robin Hood hashing, below), and
+	// a 13-bit tag of the key. A lookup compares tags and touches only
 	// entries whose tag matches; an entry reached through a colliding tag
 	// is still checked to cover the range, so any entry returned is right.
 	// Half the size of a key-and-pointer slot: the table of a million
 	// entries fits in the last-level cache.
 	using Slot = std::atomic<uint64_t>;
-	static constexpr unsigned kTagBits = 19;
+	static constexpr unsigned kTagBits = 13;
 	static constexpr uint64_t kTagMask = (uint64_t(1) << kTagBits) - 1;
-	static constexpr uint64_t kSecondChunk = uint64_t(1) << kTagBits;
-	static constexpr unsigned kPointerShift = kTagBits + 1 - 4;
-	static_assert(kTagBits >= 3 && kPointerShift + 48 <= 64, "pointer, flag and tag fit");
+	static constexpr unsigned kDistBits = 6;
+	// A distance this large or larger is stored as this: "far, look it up".
+	static constexpr uint64_t kDistFar = (uint64_t(1) << kDistBits) - 1;
+	static constexpr uint64_t kDistField = kDistFar << kTagBits;
+	static constexpr uint64_t kSecondChunk = uint64_t(1) << (kTagBits + kDistBits);
+	static constexpr unsigned kPointerShift = kTagBits + kDistBits + 1 - 4;
+	static_assert(kTagBits >= 3 && kPointerShift + 48 <= 64, "pointer, flag, distance and tag fit");
 
 	static MRN_HOT_INLINE uint64_t make_key(unsigned level, uint64_t chunk)
 	{
@@ -124,6 +131,7 @@ private:
 	{
 		return ((block_hash(key) >> 20) ^ key) & kTagMask;
 	}
+	// With distance 0: put_slot() sets it.
 	static uint64_t make_slot(Entry *e, bool second, uint64_t key)
 	{
 		return uint64_t(reinterpret_cast<uintptr_t>(e)) << kPointerShift |
@@ -134,6 +142,11 @@ private:
 		return reinterpret_cast<Entry *>(uintptr_t(w >> kPointerShift) & ~uintptr_t(15));
 	}
 	static bool slot_second(uint64_t w) { return (w & kSecondChunk) != 0; }
+	static MRN_HOT_INLINE uint64_t slot_dist(uint64_t w) { return (w & kDistField) >> kTagBits; }
+	static uint64_t with_dist(uint64_t w, size_t d)
+	{
+		return (w & ~kDistField) | (d < kDistFar ? d : kDistFar) << kTagBits;
+	}
 	// The key a slot files its entry under (reads the entry).
 	uint64_t slot_key(uint64_t w) const
 	{
@@ -143,12 +156,27 @@ private:
 		chunks_of(x, level, c0, c1);
 		return make_key(level, slot_second(w) ? c1 : c0);
 	}
+	// Writers: the distance of slot i's word w from its home, exact even
+	// when stored as far.
+	size_t dist_at(size_t i, uint64_t w) const
+	{
+		const uint64_t d = slot_dist(w);
+		return d < kDistFar ? size_t(d) : (i - home_of_slot(w)) & mask_;
+	}
+	// Robin Hood hashing: along a run of full slots, keys sit in the order
+	// of their homes, each slot knowing its distance from its own (saved
+	// as far from kDistFar on: then a probe does not stop there). So a
+	// probe stops at the first slot homed after the key's two homes, where
+	// plain linear probing went on to the end of the run: through a
+	// stretch of adjacent buffers, all filed at their own homes, a miss
+	// reads three slots, not the whole stretch.
 	// Calls fn(w) for each slot that key's probe reads (w: its word, 0 for
-	// an empty one), until fn returns true: the key's first-chunk home
-	// whatever it holds, then on from its second-chunk home, which follows
-	// it, to an empty slot. An empty first home does not end the probe: no
-	// key is homed there, but those homed at the next slot start their own
-	// run there.
+	// an empty one or one homed after the key's), until fn returns true:
+	// the key's first-chunk home whatever it holds, then on from its
+	// second-chunk home, which follows it, to an empty slot or one homed
+	// after it. An empty first home does not end the probe: no key is
+	// homed there, but those homed at the next slot start their own run
+	// there.
 	template <typename Fn>
 	MRN_HOT_INLINE void visit(uint64_t key, Fn fn) const
 	{
@@ -160,11 +188,16 @@ private:
 		size_t i = home(key, false);
 		if (fn(slots[i].load(std::memory_order_acquire)))
 			return;
-		for (;;) {
+		// At the slot `dist` on from the first home, one homed after
+		// the second has slot_dist(w) < dist - 1, that is a distance
+		// field below `after` (unless stored as far: `after` then
+		// exceeds the largest field).
+		constexpr uint64_t kDistOne = uint64_t(1) << kTagBits;
+		for (uint64_t after = 0;; after += kDistOne) {
 			i = (i + 1) & mask;
 			const uint64_t w = slots[i].load(std::memory_order_acquire);
-			if (w == 0) {
-				fn(w);
+			if (w == 0 || ((w & kDistField) < after && after <= kDistField)) {
+				fn(0);
 				return;
 			}
 			if (fn(w))
