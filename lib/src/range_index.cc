@@ -24,8 +24,7 @@ void RangeIndex::use_table(BigArray table, size_t capacity)
 	slots_ = static_cast<Slot *>(table_.data());
 	capacity_ = capacity;
 	mask_ = capacity - 1;
-	// The block hash supplies every bit of a home but the last (which of
-	// a chunk's two homes): the block, and the chunks' shift within it.
+	// The block hash picks the slot pair a block starts at.
 	const unsigned bits = unsigned(__builtin_ctzl(capacity));
 	hash_shift_ = 64 - (bits - 1);
 	used_ = 0;
@@ -83,9 +82,12 @@ void RangeIndex::put_slot(uint64_t slot)
 	// Its place: after every key homed at or before its home, that is at
 	// the first slot empty or nearer its own home than this one is to h.
 	size_t p = h, dist = 0;
-	while (at(p) != 0 && dist_at(p, at(p)) >= dist) {
-		p = (p + 1) & mask_;
-		dist++;
+	for (uint64_t w; (w = at(p)) != 0; p = (p + 1) & mask_, dist++) {
+		// A distance stored as far is at least as far as this one
+		// until this one passes kDistFar: only then look it up.
+		const uint64_t d = slot_dist(w);
+		if (d < dist && (d != kDistFar || dist_at(p, w) < dist))
+			break;
 	}
 	// Readers may be probing: move the rest of the run one slot on from
 	// its far end back, each word copied before its old slot is
@@ -98,7 +100,9 @@ void RangeIndex::put_slot(uint64_t slot)
 	for (size_t i = end; i != p;) {
 		const size_t from = (i - 1) & mask_;
 		const uint64_t w = at(from);
-		slots_[i].store(with_dist(w, dist_at(from, w) + 1), std::memory_order_release);
+		// One slot farther (a far one stays far).
+		slots_[i].store(slot_dist(w) == kDistFar ? w : w + (uint64_t(1) << kTagBits),
+				std::memory_order_release);
 		i = from;
 	}
 	slots_[p].store(with_dist(slot, dist), std::memory_order_release);

@@ -214,35 +214,39 @@ private:
 			return (w & kTagMask) == tag && w != 0 && fn(w);
 		});
 	}
-	// Neighbouring chunks stay neighbours in blocks of 16 chunks (32
-	// slots, four cache lines), so that a walk through adjacent buffers
-	// reads the table in short streams; the blocks themselves are
-	// scattered by a multiplicative hash, so regular strides do not pile
-	// up. Each chunk has two homes side by side: one for the entries filed
-	// under it as their first chunk, one for those that straddle into it
-	// from the chunk before. Buffers as long as their level's chunk (64
-	// KiB, 256 KiB...) straddle unless aligned to it, and adjacent ones then
-	// file two keys a chunk: with one home a chunk their blocks held twice
-	// as many keys as slots, ran into each other, and a hit read 9 slots
-	// (AdjacentChunkSizedBuffersAreFoundAtTheirHomes). Blocks must stay
-	// short all the same: linear probing walks to the end of a run of full
-	// slots, and adjacent buffers fill runs. With 1024-slot blocks a miss
-	// among 30,000 small adjacent buffers probed thousands of slots
-	// (capi_bench's mpi-like pattern: 3.3 us per request against
-	// ucs_rcache's 0.08 us).
-	// A chunk's place in its block is its offset in the block's 16 chunks
-	// XOR bits of the block's hash (the four below those that place the
-	// block): neighbours stay in the block, and one-page buffers at a
-	// power-of-two stride of 16 chunks or more, one a block at the same
-	// offset, no longer share one home of every block they land in (10
-	// slots read a hit where 1.2 are now:
-	// BuffersAtPowerOfTwoStridesSpreadOverTheirBlocks).
-	static constexpr unsigned kBlockChunkBits = 4;
+	// Neighbouring chunks stay neighbours in blocks of 32 chunks (64
+	// slots, eight cache lines), in order, so that a walk through adjacent
+	// buffers reads the table in streams; each block starts at a slot pair
+	// of its own, placed by a multiplicative hash (blocks are not aligned:
+	// one-page buffers at a power-of-two stride of a block or more, one a
+	// block at the same offset in it, would otherwise share one home of
+	// every block they land in, 10 slots read a hit where 1.2 are now,
+	// BuffersAtPowerOfTwoStridesSpreadOverTheirBlocks). Each chunk has two
+	// homes side by side: one for the entries filed under it as their
+	// first chunk, one for those that straddle into it from the chunk
+	// before. Buffers as long as their level's chunk (64 KiB, 256 KiB...)
+	// straddle unless aligned to it, and adjacent ones then file two keys
+	// a chunk: with one home a chunk their blocks held twice as many keys
+	// as slots, ran into each other, and a hit read 9 slots
+	// (AdjacentChunkSizedBuffersAreFoundAtTheirHomes).
+	// The block's size trades the walk against misses: a walk leaves a
+	// block for a random place in the table every 32 chunks (every 16 of
+	// cache_bench's one-page buffers on every other page; its 1e6
+	// sequential row: 29-36 ns with 16 chunks,
+	// 25-31 with 32, 18-25 with 64), while adjacent buffers fill a block's
+	// slots and merge its run with its neighbours', so that inserts move
+	// longer runs and keys sit farther from their homes (capi_bench's
+	// mpi-like pattern, instructions a request: 1,260, 1,260 and
+	// 1,440). Before Robin Hood order, 1024-slot blocks made a miss among
+	// 30,000 small adjacent buffers probe thousands of slots (mpi-like:
+	// 3.3 us per request against ucs_rcache's 0.08 us).
+	static constexpr unsigned kBlockChunkBits = 5;
 	MRN_HOT_INLINE size_t home(uint64_t key, bool second) const
 	{
-		return size_t(((block_hash(key) >> hash_shift_) ^
-			       (key & ((uint64_t(1) << kBlockChunkBits) - 1))) << 1 |
-			      uint64_t(second));
+		return size_t((((block_hash(key) >> hash_shift_) +
+				(key & ((uint64_t(1) << kBlockChunkBits) - 1))) << 1 |
+			       uint64_t(second)) &
+			      mask_);
 	}
 	size_t home_of_slot(uint64_t w) const { return home(slot_key(w), slot_second(w)); }
 	static constexpr size_t kFirstCapacity = 1024;

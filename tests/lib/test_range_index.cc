@@ -243,10 +243,10 @@ TEST(RangeIndex, TableThatCannotBeHadLeavesTheIndexIntact)
 // buffers fill runs of adjacent slots. Slots read per miss here, mean and
 // worst, by locality block: 1024 slots 129 and 2363; 64: 46 and 240; 16
 // with one home a chunk: 17 and 74; 16 chunks with two homes each: 15 and
-// 80, with the chunks' places shifted by the block's hash 14 and 85, and
-// with runs in the order of their homes, where a probe stops at the first
-// key homed after its own (Robin Hood, the table's): 8.2 and 20; none
-// (every key hashed, plain linear probing): 8 and 41.
+// 80, with blocks that start at any slot pair 14 and 85. With runs in the
+// order of their homes, where a probe stops at the first key homed after
+// its own (Robin Hood): 16 chunks 7.8 and 17, 32 (the table's) 8.5 and 19,
+// 64 9.2 and 23. None (every key hashed, plain linear probing): 8 and 41.
 TEST(RangeIndex, MissesAmongAdjacentSmallBuffersReadFewSlots)
 {
 	std::mt19937_64 rng(5);
@@ -320,12 +320,12 @@ TEST(RangeIndex, AdjacentChunkSizedBuffersAreFoundAtTheirHomes)
 }
 
 // One-page buffers at a power-of-two stride of 64 KiB or more (aligned
-// allocations, one message each) have one key in every 16-chunk block, at
-// the same chunk of it. When a chunk's place in its block was the chunk's
-// own offset, every such key had the same home within whichever block of
-// the table it landed in, and the blocks' other 15 homes stayed empty: 10
-// slots read a hit and 19 a miss here at 10,000 buffers. Each block now
-// shifts its chunks' places by bits of its own hash.
+// allocations, one message each) have at most one key in every block of
+// 16 or more chunks, at the same chunk of it. When blocks were aligned in
+// the table, every such key had the same home within whichever block of
+// the table it landed in, and the blocks' other homes stayed empty: 10
+// slots read a hit and 19 a miss here at 10,000 buffers (16-chunk blocks).
+// Blocks now start at any slot pair: 1.4 and 2.3 (32-chunk blocks).
 TEST(RangeIndex, BuffersAtPowerOfTwoStridesSpreadOverTheirBlocks)
 {
 	for (const uintptr_t stride : {16 * kPage, 256 * kPage}) {
