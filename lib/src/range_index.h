@@ -188,15 +188,25 @@ private:
 		size_t i = home(key, false);
 		if (fn(slots[i].load(std::memory_order_acquire)))
 			return;
+		// The second home: no key there is homed after it.
+		i = (i + 1) & mask;
+		uint64_t w = slots[i].load(std::memory_order_acquire);
+		if (w == 0) {
+			fn(w);
+			return;
+		}
+		if (fn(w))
+			return;
 		// At the slot `dist` on from the first home, one homed after
 		// the second has slot_dist(w) < dist - 1, that is a distance
-		// field below `after` (unless stored as far: `after` then
-		// exceeds the largest field).
+		// field below `after`; so has an empty slot. Unless stored as
+		// far: `after` then exceeds the largest field.
 		constexpr uint64_t kDistOne = uint64_t(1) << kTagBits;
-		for (uint64_t after = 0;; after += kDistOne) {
+		for (uint64_t after = kDistOne;; after += kDistOne) {
 			i = (i + 1) & mask;
-			const uint64_t w = slots[i].load(std::memory_order_acquire);
-			if (w == 0 || ((w & kDistField) < after && after <= kDistField)) {
+			w = slots[i].load(std::memory_order_acquire);
+			if (__builtin_expect((w & kDistField) < after, 0) &&
+			    (w == 0 || after <= kDistField)) {
 				fn(0);
 				return;
 			}
