@@ -71,9 +71,9 @@ public:
 	// most), each at the slot of its first chunk, until fn returns true,
 	// and leaves *hand after the last slot looked at. Bounded by entries,
 	// not slots: a table that grew for many entries and lost most of them
-	// keeps its size, and a stretch of slots may hold none. Table growth
-	// and erasure move slots, so an entry may be met twice or skipped in
-	// one round.
+	// keeps its size, and a stretch of slots may hold none. Table growth,
+	// inserts and erasure move slots, so an entry may be met twice or
+	// skipped in one round.
 	template <typename Fn>
 	void sweep(size_t *hand, size_t max_entries, Fn fn) const;
 
@@ -199,14 +199,14 @@ private:
 			return;
 		// At the slot `dist` on from the first home, one homed after
 		// the second has slot_dist(w) < dist - 1, that is a distance
-		// field below `after`; so has an empty slot. Unless stored as
-		// far: `after` then exceeds the largest field.
+		// field below `after`; so has an empty slot. Not one stored as
+		// far, whose home may be anywhere before.
 		constexpr uint64_t kDistOne = uint64_t(1) << kTagBits;
 		for (uint64_t after = kDistOne;; after += kDistOne) {
 			i = (i + 1) & mask;
 			w = slots[i].load(std::memory_order_acquire);
-			if (__builtin_expect((w & kDistField) < after, 0) &&
-			    (w == 0 || after <= kDistField)) {
+			const uint64_t field = w & kDistField;
+			if (__builtin_expect(field < after, 0) && field != kDistField) {
 				fn(0);
 				return;
 			}

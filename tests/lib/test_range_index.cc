@@ -320,8 +320,8 @@ TEST(RangeIndex, AdjacentChunkSizedBuffersAreFoundAtTheirHomes)
 }
 
 // One-page buffers at a power-of-two stride of 64 KiB or more (aligned
-// allocations, one message each) have at most one key in every block of
-// 16 or more chunks, at the same chunk of it. When blocks were aligned in
+// allocations, one message each) have one key in every 16 chunks, at the
+// same offset in every aligned block of the index. When blocks were aligned in
 // the table, every such key had the same home within whichever block of
 // the table it landed in, and the blocks' other homes stayed empty: 10
 // slots read a hit and 19 a miss here at 10,000 buffers (16-chunk blocks).
@@ -359,55 +359,84 @@ TEST(RangeIndex, BuffersAtPowerOfTwoStridesSpreadOverTheirBlocks)
 // insert() runs while readers probe: it moves the rest of a run one slot
 // on to make room, and a probe going forward must still meet every key that
 // was there before, whatever point of the move it reads each slot at. A
-// reader looks up 64 adjacent buffers over and over while a writer files
-// 600 more entries among them (the same ranges again: homed at the same
-// slots, so every insert moves the run behind it). Moving the run from its
-// near end instead, a probe misses keys here.
+// reader looks up 64 adjacent one-page buffers, and 32 two-page ones that
+// straddle two chunks of their level (looked up from their second chunk,
+// through its second home), over and over while a writer files 600 more
+// entries on the same ranges (homed at the same slots, so that every
+// insert moves the runs behind it). Moving a run from its near end
+// instead, a probe misses keys here.
 TEST(RangeIndex, InsertsThatMoveARunHideNoKeyFromAProbe)
 {
 	RangeIndex ix(kShift);
 	EntryPool pool(0);
 	const uintptr_t base = uintptr_t(1) << 40;
-	const size_t buffers = 64, extra = 600;
-	std::vector<Entry *> first, more;
-	for (size_t i = 0; i < buffers; i++) {
+	struct Lookup {
+		Entry *x;
+		uintptr_t s, e;
+	};
+	std::vector<Lookup> first;
+	auto add_first = [&](uintptr_t s, uintptr_t len, uintptr_t look_from) {
 		Entry *x = pool.allocate();
-		x->start = base + i * kPage;
-		x->end = x->start + kPage;
+		x->start = s;
+		x->end = s + len;
 		ix.insert(x);
-		first.push_back(x);
+		first.push_back({x, look_from, x->end});
+	};
+	for (size_t i = 0; i < 64; i++)
+		add_first(base + i * kPage, kPage, base + i * kPage);
+	// Level 1 (4-page chunks): pages 4k+3 and 4k+4, filed under chunks k
+	// and k+1.
+	const uintptr_t level1 = base + (uintptr_t(1) << 30);
+	for (size_t k = 0; k < 32; k++) {
+		const uintptr_t s = level1 + (4 * k + 3) * kPage;
+		add_first(s, 2 * kPage, s + kPage);
 	}
-	for (size_t i = 0; i < extra; i++)
+	ix.grow(); // room for all of it at 2,048 slots (no reader yet)
+	std::vector<Entry *> more;
+	for (size_t i = 0; i < 600; i++)
 		more.push_back(pool.allocate());
 	std::mt19937_64 rng(7);
-	size_t lost = 0;
-	for (int round = 0; round < 200; round++) {
+	size_t lost = 0, during_inserts = 0;
+	bool grew = false;
+	for (int round = 0; round < 200 && !grew; round++) {
 		std::atomic<bool> started{false}, done{false};
+		std::atomic<size_t> looked{0};
 		std::thread reader([&] {
 			started.store(true, std::memory_order_release);
 			while (!done.load(std::memory_order_acquire))
-				for (Entry *x : first)
-					if (!ix.find_covering(x->start, x->end,
+				for (const Lookup &l : first) {
+					Entry *x = l.x;
+					if (!ix.find_covering(l.s, l.e,
 							      [x](const Entry *c) { return c == x; }))
 						lost++;
+					looked.fetch_add(1, std::memory_order_relaxed);
+				}
 		});
 		while (!started.load(std::memory_order_acquire))
 			std::this_thread::yield();
+		const size_t before = looked.load(std::memory_order_relaxed);
+		size_t inserted = 0;
 		for (Entry *y : more) {
-			const uintptr_t s = base + (rng() % buffers) * kPage;
-			y->start = s;
-			y->end = s + kPage;
-			ASSERT_FALSE(ix.insert_needs_growth());
+			const Lookup &l = first[rng() % first.size()];
+			y->start = l.x->start;
+			y->end = l.x->end;
+			if ((grew = ix.insert_needs_growth()))
+				break;
 			ix.insert(y);
+			inserted++;
 		}
+		during_inserts += looked.load(std::memory_order_relaxed) - before;
 		done.store(true, std::memory_order_release);
 		reader.join();
-		for (Entry *y : more)
-			ix.erase(y);
+		for (size_t i = 0; i < inserted; i++)
+			ix.erase(more[i]);
 	}
+	ASSERT_FALSE(grew) << "the table filled up: insert() needs readers excluded then";
+	ASSERT_GT(during_inserts, 0u) << "no lookup ran while the writer inserted: nothing shown";
+	RecordProperty("lookups_during_inserts", std::to_string(during_inserts));
 	EXPECT_EQ(0u, lost);
-	for (Entry *x : first)
-		pool.release(x);
+	for (const Lookup &l : first)
+		pool.release(l.x);
 	for (Entry *y : more)
 		pool.release(y);
 }
