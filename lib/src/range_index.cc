@@ -99,10 +99,7 @@ void RangeIndex::put_slot(uint64_t slot)
 		end = (end + 1) & mask_;
 	for (size_t i = end; i != p;) {
 		const size_t from = (i - 1) & mask_;
-		const uint64_t w = at(from);
-		// One slot farther (a far one stays far).
-		slots_[i].store(slot_dist(w) == kDistFar ? w : w + (uint64_t(1) << kTagBits),
-				std::memory_order_release);
+		slots_[i].store(one_farther(at(from)), std::memory_order_release);
 		i = from;
 	}
 	slots_[p].store(with_dist(slot, dist), std::memory_order_release);

@@ -147,6 +147,11 @@ private:
 	{
 		return (w & ~kDistField) | (d < kDistFar ? d : kDistFar) << kTagBits;
 	}
+	// w one slot farther from its home (a far one stays far).
+	static uint64_t one_farther(uint64_t w)
+	{
+		return slot_dist(w) == kDistFar ? w : w + (uint64_t(1) << kTagBits);
+	}
 	// The key a slot files its entry under (reads the entry).
 	uint64_t slot_key(uint64_t w) const
 	{
