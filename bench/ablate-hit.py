@@ -6,9 +6,9 @@ part of the hit path cut, and measures them beside the tree as it is.
     bench/ablate-hit.py BUILDDIR [--rounds N] [--work DIR] [--no-count]
                         [CUT ...]
 
-For each CUT (default: the parts and their combinations) it copies the source tree (the working
-tree, uncommitted changes included, without .git and build directories)
-to WORK/CUT, applies the cut to lib/src, configures the copy as BUILDDIR
+For each CUT (default: the parts and their combinations) it copies the
+source tree (the working tree, uncommitted changes included, without .git
+and build directories) to WORK/CUT, applies the cut to lib/src, configures the copy as BUILDDIR
 was configured (config.status --config), and builds the library and
 bench/cache_bench. Then:
 
@@ -41,6 +41,16 @@ import time
 CACHE_H = "lib/src/cache.h"
 READER_LOCK_H = "lib/src/reader_lock.h"
 
+
+
+def no_read_section(record):
+    """read() runs fn at once, as the thread's outermost section on
+    `record` (an expression), with no writer check."""
+    entry = "\t\tconst unsigned idx = tls_reader.index;\n"
+    return [(READER_LOCK_H, entry,
+             f"\t\tif (true)\n\t\t\treturn fn(ReadSection<true>({record}, 0));\n" + entry)]
+
+
 # (file, text in the tree, replacement) for each part of the hit.
 PARTS = {
     # The per-thread hit counter behind mrn_stats.
@@ -61,17 +71,9 @@ PARTS = {
                (CACHE_H, "!deltas_.put(section.index(), x, stamp)) {", "true) {")],
     # No read section: a writer may free the entry under the hit. The
     # thread's record index still comes from thread-local storage.
-    "section-tls": [(READER_LOCK_H,
-                     "\t\tconst unsigned idx = tls_reader.index;\n",
-                     "\t\tif (true)\n"
-                     "\t\t\treturn fn(ReadSection<true>(ReaderRecords::my_index(), 0));\n"
-                     "\t\tconst unsigned idx = tls_reader.index;\n")],
+    "section-tls": no_read_section("ReaderRecords::my_index()"),
     # No read section, and every thread on record 0's delta table.
-    "section": [(READER_LOCK_H,
-                 "\t\tconst unsigned idx = tls_reader.index;\n",
-                 "\t\tif (true)\n"
-                 "\t\t\treturn fn(ReadSection<true>(0, 0));\n"
-                 "\t\tconst unsigned idx = tls_reader.index;\n")],
+    "section": no_read_section("0"),
     # Not parts of the hit's purpose, but steps of it that cost something:
     # the readers' test for a missing membarrier (they then make a fence
     # of their own); a copy that always trusts the writers' membarrier.
@@ -138,15 +140,15 @@ def build_cut(top, build, work, name):
     apply_cut(src, name)
     os.makedirs(bld)
     args = sh(["./config.status", "--config"], cwd=build, capture_output=True).stdout
-    log = open(os.path.join(base, "build.log"), "w")
-    try:
-        if not os.path.exists(os.path.join(src, "configure")):
-            sh(["./autogen.sh"], cwd=src, stdout=log, stderr=log)
-        sh(["sh", "-c", f"../src/configure {args}"], cwd=bld, stdout=log, stderr=log)
-        sh(["make", f"-j{os.cpu_count() or 1}", "-C", "lib"], cwd=bld, stdout=log, stderr=log)
-        sh(["make", "-C", "bench", "cache_bench"], cwd=bld, stdout=log, stderr=log)
-    except subprocess.CalledProcessError:
-        sys.exit(f"ablate-hit.py: building cut '{name}' failed: {log.name}")
+    with open(os.path.join(base, "build.log"), "w") as log:
+        try:
+            if not os.path.exists(os.path.join(src, "configure")):
+                sh(["./autogen.sh"], cwd=src, stdout=log, stderr=log)
+            sh(["sh", "-c", f"../src/configure {args}"], cwd=bld, stdout=log, stderr=log)
+            sh(["make", f"-j{os.cpu_count() or 1}", "-C", "lib"], cwd=bld, stdout=log, stderr=log)
+            sh(["make", "-C", "bench", "cache_bench"], cwd=bld, stdout=log, stderr=log)
+        except subprocess.CalledProcessError:
+            sys.exit(f"ablate-hit.py: building cut '{name}' failed: {log.name}")
     return bld
 
 
