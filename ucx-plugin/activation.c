@@ -5,14 +5,17 @@
  * (which misses raw system calls, static binaries and several language
  * runtimes, and which, once turned off, silently turns UCX's caches off).
  *
- * Loaded with LD_PRELOAD (see mrnotify-ucx-run), for the UCX it was built
- * for (1.13, 1.17 to 1.23; the running UCX's major.minor must be the
- * headers'). This file is its life: settings, activation, load and exit
- * (plugin.h lists the other files):
+ * This is the backend: what the preloaded libmrnotify-ucx.so (shim.c,
+ * which links nothing but libc) loads, with RTLD_LOCAL, into a process that
+ * runs the UCX release it was built for (1.13, 1.17 to 1.23; the running
+ * UCX's major.minor must be the headers'), and only there. This file is its
+ * life: settings, activation, attaching and exit (plugin.h lists the other
+ * files):
  *
- *  - At load it only registers its settings: a site may preload it into
- *    every program, most of which never use UCX, and none of them may fail
- *    because of it. It activates once, when the process first creates a UCP
+ *  - Attached, it only registers its settings and takes the place of the
+ *    functions the shim lets it wrap (entry_list.h: MRN_UCX_WRAPPED): a
+ *    process loaded UCX, but may never use it, and must not fail because
+ *    of the plugin. It activates once, when the process first creates a UCP
  *    context (ucp_init_version), a registration cache, or opens an IB device
  *    (ibv_fork_init): it reads the settings, checks the running UCX, and
  *    once /dev/mrnotify is open and has passed a self-test, tells UCM that
@@ -20,13 +23,13 @@
  *    Declaring it without a working source would leave the caches blind, so
  *    nothing is declared when the device cannot be used; with
  *    UCX_MRNOTIFY_ENABLE=yes creating a UCP context then fails instead.
- *  - It interposes ucs_rcache_create(): every cache that listens to
+ *  - It wraps ucs_rcache_create(): every cache that listens to
  *    VM_UNMAPPED gets our registration callbacks around its own, which ask
  *    the kernel to watch each region's range (the region's, not the user
  *    buffer's: UCX merges and aligns regions) before UCX pins it, and stop
  *    watching when UCX deregisters it. A range is watched once however many
  *    caches hold it (UCP's cache and the IB domain's hold the same ranges).
- *  - It interposes ucs_rcache_get(). In UCX 1.13 every lookup of every cache
+ *  - The shim interposes ucs_rcache_get(). In UCX 1.13 every lookup of every cache
  *    (UCP's, the IB memory domain's, knem, xpmem, gdr_copy, rocm) is a call
  *    through the PLT to that function, so this is the one place to check the
  *    kernel's generation word: one load and compare. When it moved, the
@@ -38,7 +41,7 @@
  *    signature passes through unchanged.
  *  - From UCX 1.14 on, UCP looks its own cache up inline (ucp_memh_get():
  *    ucs_rcache_lookup_unsafe()), and only misses call ucs_rcache_get(). The
- *    plugin then also interposes UCP's public functions that can look up a
+ *    shim then also interposes UCP's public functions that can look up a
  *    registration (the tag, stream, active-message, RMA and atomic calls,
  *    ucp_mem_map, ucp_memh_pack, ucp_rkey_pack) and ucp_worker_progress(),
  *    where posted requests register their buffers later (rendezvous), and
@@ -54,11 +57,11 @@
  *    registers through UCT's API gets no cache that unmaps reach
  *    (docs/ucx.md). The entry points are listed in entry_list.h, which the
  *    build checks against the UCX headers (check-entries.sh).
- *  - It interposes ucm_test_external_events() so that callers that ask
+ *  - It wraps ucm_test_external_events() so that callers that ask
  *    whether external VM_UNMAPPED events work (Open MPI with
  *    opal_common_ucx_opal_mem_hooks=1) get our self-test's answer instead of
  *    UCM's, which expects events synchronously inside munmap().
- *  - It interposes ibv_fork_init(): where the kernel keeps pinned pages with
+ *  - It wraps ibv_fork_init(): where the kernel keeps pinned pages with
  *    the parent across fork() (ibv_is_fork_initialized() says
  *    IBV_FORK_UNNEEDED, kernels >= 5.13), it does not turn on rdma-core's
  *    madvise(MADV_DONTFORK) of every registered range, as rdma-core >= 52
@@ -77,13 +80,11 @@
 #include <ucs/config/parser.h>
 #include <ucs/debug/log_def.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 struct mrn_ucx_globals mrn_ucx = {
@@ -125,32 +126,14 @@ static ucs_config_field_t mrn_ucx_config_table[] = {
 UCS_CONFIG_DECLARE_TABLE(mrn_ucx_config_table, "mrnotify (kernel memory events)", "MRNOTIFY_",
 			 mrn_ucx_config_t)
 
-void *mrn_ucx_resolve(const char *name)
-{
-	void *p = dlsym(RTLD_NEXT, name);
-
-	if (p == NULL) {
-		/*
-		 * Cannot happen while this library links against UCX (whose
-		 * libraries therefore load with it); without the real function
-		 * there is nothing to pass the call on to.
-		 */
-		fprintf(stderr,
-			"libmrnotify-ucx: %s not found after this library (%s); is UCX loaded?\n",
-			name, dlerror());
-		abort();
-	}
-	return p;
-}
-
 /*
  * Creating a UCP context is where the plugin activates, and where
  * UCX_MRNOTIFY_ENABLE=yes (or a bad setting) makes the program fail when
  * the kernel cannot be UCX's source of unmap events.
  */
-MRN_UCX_EXPORT ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_version,
-					     const ucp_params_t *params, const ucp_config_t *config,
-					     ucp_context_h *context_p)
+ucs_status_t mrn_ucx_init_version(unsigned api_major_version, unsigned api_minor_version,
+				  const ucp_params_t *params, const ucp_config_t *config,
+				  ucp_context_h *context_p)
 {
 	mrn_ucx_activate();
 	if (mrn_ucx_state() == MRN_UCX_STATE_REFUSED) {
@@ -196,31 +179,9 @@ static int mrn_ucx_version_ok(void)
 /* Decides, once: from here on UCX relies on us for every unmap, or not. */
 static mrn_ucx_state_t mrn_ucx_decide(void)
 {
-	const char *why = NULL, *enable;
+	const char *why = NULL;
 	ucs_status_t status;
 	int rc;
-
-	if (!mrn_ucx_version_ok()) {
-		/*
-		 * Another UCX: its structures are not the ones this was built
-		 * for (even the configuration parser's arguments and table
-		 * entries changed in 1.15), so nothing of it is touched: the
-		 * wrappers only jump on, and UCX runs as configured. Said once,
-		 * as a warning, unless ENABLE (read raw, not parsed) says no:
-		 * this is an installation error, not a node without the module.
-		 */
-		enable = getenv("UCX_MRNOTIFY_ENABLE");
-		if (enable != NULL && (enable[0] == 'n' || enable[0] == 'N' ||
-				       !strcmp(enable, "0") || !strcasecmp(enable, "off")))
-			return MRN_UCX_STATE_OFF;
-		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why),
-			 "this plugin was built for UCX %d.%d.x and the process runs UCX %u.%u.%u",
-			 UCP_API_MAJOR, UCP_API_MINOR, mrn_ucx.version[0], mrn_ucx.version[1],
-			 mrn_ucx.version[2]);
-		ucs_warn("mrnotify: not used: %s; passing everything through to UCX unchanged",
-			 mrn_ucx.why);
-		return MRN_UCX_STATE_PASSTHROUGH;
-	}
 
 	/* Parsing also marks our variables used (UCX warns at ucp_init). */
 #if MRN_UCX_CONFIG_TABLE_HANDLE
@@ -282,7 +243,7 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 	}
 	/* Only now: from here on UCX relies on us for every unmap. */
 	ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
-	__atomic_store_n(&mrn_ucx_hot.count_checks, mrn_ucx.config.stats, __ATOMIC_RELAXED);
+	__atomic_store_n(&mrn_ucx.hot->count_checks, mrn_ucx.config.stats, __ATOMIC_RELAXED);
 	ucs_debug("mrnotify: %s is UCX's source of VM_UNMAPPED events", MRN_DEVICE_PATH);
 	return MRN_UCX_STATE_ACTIVE;
 }
@@ -308,43 +269,61 @@ void mrn_ucx_activate(void)
 	pthread_once(&mrn_ucx.once, mrn_ucx_decide_once);
 }
 
-__attribute__((constructor)) static void mrn_ucx_init(void)
+/* Where the backend stands in for UCX (shim.h). */
+static const struct mrn_ucx_override mrn_ucx_overrides[] = {
+	{"ucp_init_version", (void *)mrn_ucx_init_version},
+	{"ucs_rcache_create", (void *)mrn_ucx_rcache_create},
+	{"ucs_rcache_destroy", (void *)mrn_ucx_rcache_destroy},
+	{"ucm_set_event_handler", (void *)mrn_ucx_set_event_handler},
+	{"ucm_test_external_events", (void *)mrn_ucx_test_external_events},
+	{"ibv_fork_init", (void *)mrn_ucx_fork_init},
+	{NULL, NULL},
+};
+
+static const struct mrn_ucx_backend mrn_ucx_backend = {
+	.abi = MRN_UCX_SHIM_ABI,
+	.overrides = mrn_ucx_overrides,
+	.slow = mrn_ucx_slow,
+	.fork_prepare = mrn_ucx_fork_prepare,
+	.fork_parent = mrn_ucx_fork_parent,
+	.fork_child = mrn_ucx_fork_child,
+};
+
+/*
+ * The shim, bound to the process's UCX, attaches us: UCX's functions come
+ * from that UCX (never from the search path), and nothing of UCX is touched
+ * but the configuration list.
+ */
+MRN_UCX_EXPORT const struct mrn_ucx_backend *mrn_ucx_backend_attach(const struct mrn_ucx_shim *shim)
 {
-	const char *probe = getenv("MRNOTIFY_UCX_PROBE");
-
-	mrn_ucx_hot.real_get = mrn_ucx_resolve("ucs_rcache_get");
-	mrn_ucx.real_create = (mrn_ucx_create_fn)mrn_ucx_resolve("ucs_rcache_create");
-	mrn_ucx.real_destroy = (mrn_ucx_destroy_fn)mrn_ucx_resolve("ucs_rcache_destroy");
-	mrn_ucx.real_test_external = (mrn_ucx_test_fn)mrn_ucx_resolve("ucm_test_external_events");
-	mrn_ucx.real_init = (mrn_ucx_init_fn)mrn_ucx_resolve("ucp_init_version");
-	mrn_ucx.real_set_handler = (mrn_ucx_set_handler_fn)mrn_ucx_resolve("ucm_set_event_handler");
-	mrn_ucx_entries_resolve();
-	mrn_ucx_hook_resolve();
-	/* Before UCX registers its own (fork.c says why). */
-	mrn_ucx_fork_handlers();
-
-	/* A stable entry point in every UCX; nothing else is touched before. */
-	ucp_get_version(&mrn_ucx.version[0], &mrn_ucx.version[1], &mrn_ucx.version[2]);
-
-	/*
-	 * Listed by ucx_info -c; read when the plugin activates, not here. The
-	 * table entry's layout and the parser are the headers' UCX's: not under
-	 * another UCX.
-	 */
-	if (mrn_ucx_version_ok()) {
-		UCS_CONFIG_ADD_TABLE(mrn_ucx_config_table, &ucs_config_global_list);
-		mrn_ucx.table_added = 1;
-	}
-
-	/*
-	 * mrnotify-ucx-run asks which UCX a program would run with this
-	 * library preloaded (the library's own libucp wins over the program's),
-	 * before it preloads it.
-	 */
-	if (probe != NULL && strcmp(probe, "version") == 0)
-		fprintf(stderr, "libmrnotify-ucx: built for UCX %d.%d, runs UCX %u.%u.%u: %s\n",
+	if (shim->abi != MRN_UCX_SHIM_ABI)
+		return NULL;
+	memcpy(mrn_ucx.version, shim->version, sizeof(mrn_ucx.version));
+	/* The shim loads the backend of the running release; a copy moved by hand is refused. */
+	if (!mrn_ucx_version_ok()) {
+		fprintf(stderr,
+			"libmrnotify-ucx: this backend was built for UCX %d.%d and the process runs "
+			"UCX %u.%u.%u\n",
 			UCP_API_MAJOR, UCP_API_MINOR, mrn_ucx.version[0], mrn_ucx.version[1],
-			mrn_ucx.version[2], mrn_ucx_version_ok() ? "supported" : "unsupported");
+			mrn_ucx.version[2]);
+		return NULL;
+	}
+	*(void **)&mrn_ucx.real_create = shim->real("ucs_rcache_create");
+	*(void **)&mrn_ucx.real_destroy = shim->real("ucs_rcache_destroy");
+	*(void **)&mrn_ucx.real_test_external = shim->real("ucm_test_external_events");
+	*(void **)&mrn_ucx.real_init = shim->real("ucp_init_version");
+	*(void **)&mrn_ucx.real_set_handler = shim->real("ucm_set_event_handler");
+	if (mrn_ucx.real_create == NULL || mrn_ucx.real_destroy == NULL ||
+	    mrn_ucx.real_test_external == NULL || mrn_ucx.real_init == NULL ||
+	    mrn_ucx.real_set_handler == NULL)
+		return NULL;
+	mrn_ucx_hook_resolve(shim->real);
+	mrn_ucx.hot = shim->hot;
+
+	/* Listed by ucx_info -c; read when the plugin activates, not here. */
+	UCS_CONFIG_ADD_TABLE(mrn_ucx_config_table, &ucs_config_global_list);
+	mrn_ucx.table_added = 1;
+	return &mrn_ucx_backend;
 }
 
 __attribute__((destructor)) static void mrn_ucx_fini(void)

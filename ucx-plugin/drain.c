@@ -18,8 +18,8 @@
 
 void mrn_ucx_hot_follow(const volatile uint64_t *gen, uint64_t seen)
 {
-	__atomic_store_n(&mrn_ucx_hot.seen, seen, __ATOMIC_RELAXED);
-	__atomic_store_n(&mrn_ucx_hot.generation, gen, __ATOMIC_RELEASE);
+	__atomic_store_n(&mrn_ucx.hot->seen, seen, __ATOMIC_RELAXED);
+	__atomic_store_n(&mrn_ucx.hot->generation, gen, __ATOMIC_RELEASE);
 }
 
 /*
@@ -73,44 +73,29 @@ void __attribute__((noinline)) mrn_ucx_drain(void)
 				  "registration",
 				  MRN_DEVICE_PATH, strerror((int)-n));
 			mrn_ucx_forget_all();
-			gen = __atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE);
+			gen = __atomic_load_n(mrn_ucx.hot->generation, __ATOMIC_ACQUIRE);
 		}
 		mrn_ucx.stats.drains++;
-		__atomic_store_n(&mrn_ucx_hot.seen, gen, __ATOMIC_RELEASE);
+		__atomic_store_n(&mrn_ucx.hot->seen, gen, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&mrn_ucx.lock);
 }
 
 /*
- * From ucs_rcache_get()'s assembly: drain, then look up. Out of line, so
- * that the hit path needs no stack frame and ends in a jump to UCX's
- * function. Reached only when the plugin is active, i.e. under the UCX
- * whose signature this is.
+ * From a checked function's slow path in the shim (entry_<arch>.S), with
+ * the caller's arguments saved: the generation moved, or checks are
+ * counted. Drains; the trampoline then jumps to UCX's function. UCX 1.13
+ * looks every cache up through ucs_rcache_get(), so there the UCP entry
+ * points leave the drain to it.
  */
-MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_after_drain(MRN_UCX_GET_PARAMS)
+void mrn_ucx_slow(int kind)
 {
-	mrn_ucx_drain();
-	return ((mrn_rcache_get_fn)mrn_ucx_hot.real_get)(MRN_UCX_GET_ARGS);
-}
-
-/* The hit path with UCX_MRNOTIFY_STATS=y (set only when active). */
-MRN_UCX_ASM_TARGET ucs_status_t mrn_ucx_get_counted(MRN_UCX_GET_PARAMS)
-{
-	mrn_ucx_count(&mrn_ucx.stats.checks, 1);
-	if (MRN_UCX_UNLIKELY(mrn_ucx_moved()))
-		mrn_ucx_drain();
-	return ((mrn_rcache_get_fn)mrn_ucx_hot.real_get)(MRN_UCX_GET_ARGS);
-}
-
-/*
- * Reached from an entry point's trampoline with the caller's arguments
- * saved: the generation moved (or checks are counted). Drains, then the
- * trampoline restores the arguments and jumps to UCX.
- */
-MRN_UCX_ASM_TARGET void mrn_ucx_entry_slow(void)
-{
-	if (MRN_UCX_UNLIKELY(mrn_ucx_hot.count_checks))
-		mrn_ucx_count(&mrn_ucx.stats.entry_checks, 1);
+	if (!MRN_UCX_ENTRY_CHECKS && kind == MRN_UCX_SLOW_ENTRY)
+		return;
+	if (MRN_UCX_UNLIKELY(mrn_ucx.hot->count_checks))
+		mrn_ucx_count(kind == MRN_UCX_SLOW_GET ? &mrn_ucx.stats.checks
+						       : &mrn_ucx.stats.entry_checks,
+			      1);
 	if (mrn_ucx_moved())
 		mrn_ucx_drain();
 }
@@ -141,9 +126,9 @@ int mrn_ucx_self_test(const char **why)
 		*why = "watching a scratch page failed";
 		return rc;
 	}
-	before = __atomic_load_n(&mrn_ucx_hot.seen, __ATOMIC_RELAXED);
+	before = __atomic_load_n(&mrn_ucx.hot->seen, __ATOMIC_RELAXED);
 	munmap(p, page);
-	if (__atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE) == before) {
+	if (__atomic_load_n(mrn_ucx.hot->generation, __ATOMIC_ACQUIRE) == before) {
 		*why = "munmap of a watched page did not move the generation";
 		return -EPROTO;
 	}

@@ -70,6 +70,21 @@
 	X(ucp_disconnect_nb)
 
 /*
+ * Interposed without the compare: the functions the backend wraps
+ * (activation, each cache's callbacks, the fork story). Until the shim has
+ * bound to the process's UCX they bind first; then each jumps to the
+ * backend's function where a backend serves the running UCX, else to the
+ * function of the same name in the process's own UCX (or rdma-core).
+ */
+#define MRN_UCX_WRAPPED(X) \
+	X(ucp_init_version) \
+	X(ucs_rcache_create) \
+	X(ucs_rcache_destroy) \
+	X(ucm_set_event_handler) \
+	X(ucm_test_external_events) \
+	X(ibv_fork_init)
+
+/*
  * The rest, read in UCX 1.13 to 1.23 (openucx/ucx, src/ucp; ucp_device_*
  * from 1.20, whose 1.20 ucp_device_mem_list_create became the local and
  * remote ones in 1.21): none looks a

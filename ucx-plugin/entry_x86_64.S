@@ -1,20 +1,25 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The check on every lookup, for x86-64: one load of the generation and a
- * compare with its value at the last drain, then a jump to UCX's function.
+ * Every function the preloaded object interposes, for x86-64: one jump
+ * through a pointer that shim.c fills in (the function of the same name in
+ * the process's own UCX, or the backend's wrapper of it). The checked ones
+ * first load the generation and compare it with its value at the last
+ * drain: one load and compare, then the jump.
  *
  * Written in assembly so that the arguments are never touched: only %r11
  * (scratch in every call) is used on the way through, and every way out is
- * a jump with the caller's stack as it was. When the plugin is not active
- * the generation never moves, and a call with any signature (ucs_rcache_get
- * has 7 arguments from UCX 1.17 on, the seventh on the stack) reaches UCX's
- * function as it was made.
+ * a jump with the caller's stack as it was. The preloaded object knows no
+ * UCX's signatures (ucs_rcache_get has 7 arguments from UCX 1.17 on, the
+ * seventh on the stack): a call reaches the function it was made for as it
+ * was made, whatever UCX the process runs.
  */
 #include "entry_hot.h"
 #include "gnu_property.h"
 #include "entry_list.h"
+
+/* The UCP entry points' checks; 0 builds the tests' negative control. */
 #ifndef MRN_UCX_ENTRY_CHECKS
-#include "ucx_versions.h"
+#define MRN_UCX_ENTRY_CHECKS 1
 #endif
 
 #if defined(__x86_64__)
@@ -29,50 +34,13 @@
 	.text
 
 /*
- * ucs_rcache_get(): every lookup of every cache in UCX 1.13, and every
- * miss of UCP's cache later. A moved generation or counted lookups leave
- * for the C functions in drain.c, which take the signature of the UCX
- * this was built for (reached only when the plugin is active).
+ * Around a C call from a function entry: the six argument registers, and
+ * %rax (the count of vector registers of a variadic call; it also keeps
+ * the stack 16-byte aligned at the call). None of these functions takes
+ * floating-point arguments.
  */
-	.globl	ucs_rcache_get
-	.type	ucs_rcache_get, @function
-	.p2align 4
-ucs_rcache_get:
-	.cfi_startproc
-	ENDBR
-	cmpl	$0, mrn_ucx_hot+MRN_UCX_HOT_COUNT_CHECKS(%rip)
-	jne	mrn_ucx_get_counted
-	movq	mrn_ucx_hot+MRN_UCX_HOT_GENERATION(%rip), %r11
-	movq	(%r11), %r11
-	cmpq	mrn_ucx_hot+MRN_UCX_HOT_SEEN(%rip), %r11
-	jne	mrn_ucx_get_after_drain
-	jmp	*mrn_ucx_hot+MRN_UCX_HOT_REAL_GET(%rip)
-	.cfi_endproc
-	.size	ucs_rcache_get, .-ucs_rcache_get
-
-#if MRN_UCX_ENTRY_CHECKS
-/*
- * A UCP entry point (entry_list.h): the same compare, then a jump to UCX's
- * function through mrn_ucx_real_NAME. The slow path needs no signature: it
- * saves the six argument registers (and %rax, which keeps the stack 16-byte
- * aligned at the call; none of these functions takes floating-point or
- * variadic arguments) around mrn_ucx_entry_slow, which drains.
- */
-	.macro	MRN_TRAMPOLINE name
-	.globl	\name
-	.type	\name, @function
-	.p2align 4
-\name:
-	.cfi_startproc
-	ENDBR
-	movq	mrn_ucx_hot+MRN_UCX_HOT_GENERATION(%rip), %r11
-	movq	(%r11), %r11
-	cmpq	mrn_ucx_hot+MRN_UCX_HOT_SEEN(%rip), %r11
-	jne	1f
-	cmpl	$0, mrn_ucx_hot+MRN_UCX_HOT_COUNT_CHECKS(%rip)
-	jne	1f
-	jmp	*mrn_ucx_real_\name(%rip)
-1:	pushq	%rdi
+	.macro	SAVE_ARGS
+	pushq	%rdi
 	.cfi_adjust_cfa_offset 8
 	pushq	%rsi
 	.cfi_adjust_cfa_offset 8
@@ -86,7 +54,9 @@ ucs_rcache_get:
 	.cfi_adjust_cfa_offset 8
 	pushq	%rax
 	.cfi_adjust_cfa_offset 8
-	call	mrn_ucx_entry_slow
+	.endm
+
+	.macro	RESTORE_ARGS
 	popq	%rax
 	.cfi_adjust_cfa_offset -8
 	popq	%r9
@@ -101,12 +71,86 @@ ucs_rcache_get:
 	.cfi_adjust_cfa_offset -8
 	popq	%rdi
 	.cfi_adjust_cfa_offset -8
+	.endm
+
+/*
+ * Where mrn_ucx_real_NAME points until the shim has bound to the process's
+ * UCX (the first call of any interposed function, or at load where UCX is
+ * already loaded): bind, then jump to what the pointer now holds.
+ */
+	.macro	MRN_UNBOUND name
+	.globl	mrn_ucx_unbound_\name
+	.hidden	mrn_ucx_unbound_\name
+	.type	mrn_ucx_unbound_\name, @function
+	.p2align 4
+mrn_ucx_unbound_\name:
+	.cfi_startproc
+	ENDBR
+	SAVE_ARGS
+	leaq	mrn_ucx_real_\name(%rip), %rdi
+	call	mrn_ucx_bind_call
+	RESTORE_ARGS
+	jmp	*mrn_ucx_real_\name(%rip)
+	.cfi_endproc
+	.size	mrn_ucx_unbound_\name, .-mrn_ucx_unbound_\name
+	.endm
+
+/* A function the backend wraps: only the jump. */
+	.macro	MRN_WRAPPED name
+	.globl	\name
+	.type	\name, @function
+	.p2align 4
+\name:
+	.cfi_startproc
+	ENDBR
 	jmp	*mrn_ucx_real_\name(%rip)
 	.cfi_endproc
 	.size	\name, .-\name
+	MRN_UNBOUND \name
 	.endm
 
-#define MRN_UCX_ENTRY_ASM(name) MRN_TRAMPOLINE name;
+/*
+ * A function whose callers may hit a cached registration: the compare,
+ * then the jump. The slow path (the generation moved, or checks are
+ * counted) calls mrn_ucx_entry_slow(KIND), which drains, with the
+ * arguments saved.
+ */
+	.macro	MRN_CHECKED name, kind
+	.globl	\name
+	.type	\name, @function
+	.p2align 4
+\name:
+	.cfi_startproc
+	ENDBR
+	movq	mrn_ucx_hot+MRN_UCX_HOT_GENERATION(%rip), %r11
+	movq	(%r11), %r11
+	cmpq	mrn_ucx_hot+MRN_UCX_HOT_SEEN(%rip), %r11
+	jne	1f
+	cmpl	$0, mrn_ucx_hot+MRN_UCX_HOT_COUNT_CHECKS(%rip)
+	jne	1f
+	jmp	*mrn_ucx_real_\name(%rip)
+1:	SAVE_ARGS
+	movl	$\kind, %edi
+	call	mrn_ucx_entry_slow
+	RESTORE_ARGS
+	jmp	*mrn_ucx_real_\name(%rip)
+	.cfi_endproc
+	.size	\name, .-\name
+	MRN_UNBOUND \name
+	.endm
+
+/*
+ * ucs_rcache_get(): every lookup of every cache in UCX 1.13, and every
+ * miss of UCP's cache later.
+ */
+	MRN_CHECKED ucs_rcache_get, MRN_UCX_SLOW_GET
+
+#define MRN_UCX_WRAPPED_ASM(name) MRN_WRAPPED name;
+MRN_UCX_WRAPPED(MRN_UCX_WRAPPED_ASM)
+
+#if MRN_UCX_ENTRY_CHECKS
+/* A UCP entry point (entry_list.h). */
+#define MRN_UCX_ENTRY_ASM(name) MRN_CHECKED name, MRN_UCX_SLOW_ENTRY;
 MRN_UCX_ENTRIES(MRN_UCX_ENTRY_ASM)
 #endif
 

@@ -7,7 +7,8 @@
  * not inherited and the context answers only the parent), and its next
  * lookup opens its own.
  *
- * The handlers are registered at load, before UCX can register its own:
+ * The shim registers the handlers at load (they call these), before UCX
+ * can register its own:
  * prepare handlers run in the reverse order of registration, so ours runs
  * last, after UCX's ucs_rcache_before_fork() has purged idle regions
  * through our mem_dereg (which takes the lock). The lock is a plain mutex:
@@ -23,12 +24,12 @@
 
 #include <string.h>
 
-static void mrn_ucx_fork_prepare(void)
+void mrn_ucx_fork_prepare(void)
 {
 	pthread_mutex_lock(&mrn_ucx.lock);
 }
 
-static void mrn_ucx_fork_parent(void)
+void mrn_ucx_fork_parent(void)
 {
 	pthread_mutex_unlock(&mrn_ucx.lock);
 }
@@ -38,7 +39,7 @@ static void mrn_ucx_fork_parent(void)
  * free() in mrn_watch_abandon() (glibc's malloc is usable in a child
  * handler). Only an active plugin has anything to let go of.
  */
-static void mrn_ucx_fork_child(void)
+void mrn_ucx_fork_child(void)
 {
 	if (mrn_ucx_state() == MRN_UCX_STATE_ACTIVE) {
 		if (mrn_ucx.watch != NULL) {
@@ -53,11 +54,6 @@ static void mrn_ucx_fork_child(void)
 		mrn_ucx_hook_follow();
 	}
 	pthread_mutex_unlock(&mrn_ucx.lock);
-}
-
-void mrn_ucx_fork_handlers(void)
-{
-	pthread_atfork(mrn_ucx_fork_prepare, mrn_ucx_fork_parent, mrn_ucx_fork_child);
 }
 
 /*

@@ -9,13 +9,12 @@
  * points (entry_points.c) otherwise check at each call into UCP; they stay,
  * and cost their compare.
  *
- * Looked up by name at load, so that the one build serves a stock UCX (no
- * hook: nothing here runs) and a patched one alike. UCX_MRNOTIFY_LOOKUP_HOOK=n
+ * Looked up by name when the shim attaches the backend, so that the one
+ * build serves a stock UCX (no hook: nothing here runs) and a patched one
+ * alike. UCX_MRNOTIFY_LOOKUP_HOOK=n
  * leaves it unused (the negative control of the hook's tests).
  */
 #include "plugin.h"
-
-#include <dlfcn.h>
 
 typedef void (*mrn_ucx_refresh_fn)(void *arg, ucs_rcache_t *rcache);
 typedef void (*mrn_ucx_set_validity_fn)(ucs_rcache_t *rcache, const volatile uint64_t *generation,
@@ -23,10 +22,9 @@ typedef void (*mrn_ucx_set_validity_fn)(ucs_rcache_t *rcache, const volatile uin
 
 static mrn_ucx_set_validity_fn mrn_ucx_set_validity;
 
-void mrn_ucx_hook_resolve(void)
+void mrn_ucx_hook_resolve(void *(*real)(const char *name))
 {
-	mrn_ucx_set_validity =
-		(mrn_ucx_set_validity_fn)dlsym(RTLD_NEXT, "ucs_rcache_set_external_validity");
+	*(void **)&mrn_ucx_set_validity = real("ucs_rcache_set_external_validity");
 }
 
 int mrn_ucx_hook_present(void)
@@ -47,7 +45,7 @@ void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc)
 {
 	if (mrn_ucx_set_validity == NULL || !mrn_ucx.config.lookup_hook)
 		return;
-	mrn_ucx_set_validity(rc->rcache, mrn_ucx_hot.generation, mrn_ucx_hook_refresh, NULL);
+	mrn_ucx_set_validity(rc->rcache, mrn_ucx.hot->generation, mrn_ucx_hook_refresh, NULL);
 	if (!rc->hooked)
 		mrn_ucx.stats.hooked++;
 	rc->hooked = 1;

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * libmrnotify-ucx's shared state and the functions its files call in each
+ * The backend's shared state and the functions its files call in each
  * other (see activation.c for what the plugin does, docs/ucx.md for why).
+ * The backend is what the preloaded libmrnotify-ucx.so (shim.c, which owns
+ * the hit paths) loads for the UCX release it was built against.
  *
  * The files, one purpose each:
  *   activation.c     settings, the decision to become UCX's unmap source,
- *                    ucp_init_version(), load and exit
+ *                    ucp_init_version(), attaching to the shim, exit
  *   watch_table.c    the slots: one kernel watch per range, shared by the
  *                    regions of every cache that hold that range
  *   drain.c          the generation moved: the kernel's dead ranges become
@@ -13,9 +15,10 @@
  *   rcache_wrap.c    our callbacks around each cache's, ucs_rcache_create(),
  *                    ucs_rcache_destroy(), ucm_set_event_handler(),
  *                    ucm_test_external_events()
- *   entry_points.c   the check on every lookup: ucs_rcache_get() and (UCX
- *                    1.14 on) UCP's public entry points; the assembly is in
- *                    entry_<arch>.S, the list in entry_list.h
+ *   shim.c           (the preloaded object, not the backend) the check on
+ *                    every lookup: ucs_rcache_get() and (UCX 1.14 on) UCP's
+ *                    public entry points; the assembly is in entry_<arch>.S,
+ *                    the list in entry_list.h
  *   lookup_hook.c    UCX's own check at lookup, where libucs has the hook of
  *                    ucx-plugin/upstream/ (not in any UCX release)
  *   fork.c           the library's fork story: prepare, parent, child
@@ -41,8 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "entry_hot.h"
 #include "entry_list.h"
+#include "shim.h"
 #include "ucx_versions.h"
 
 /* configure refuses these with the reasons; the source says so too. */
@@ -54,9 +57,8 @@
 #error "a UCX newer than the newest tested: configure --enable-ucx-untested builds for it"
 #endif
 
+/* The backend exports its attach function alone (shim.h). */
 #define MRN_UCX_EXPORT __attribute__((visibility("default")))
-/* Reached from the assembly only: kept, and not exported. */
-#define MRN_UCX_ASM_TARGET  __attribute__((visibility("hidden"), used, noinline))
 #define MRN_UCX_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define MRN_UCX_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -127,7 +129,6 @@ typedef enum mrn_ucx_state {
 	MRN_UCX_STATE_OFF,         /* UCX_MRNOTIFY_ENABLE=no */
 	MRN_UCX_STATE_INACTIVE,    /* cannot be used (try): UCX runs as configured */
 	MRN_UCX_STATE_REFUSED,     /* cannot be used (yes, or a bad setting): UCP contexts fail */
-	MRN_UCX_STATE_PASSTHROUGH, /* another UCX version: nothing touched */
 	MRN_UCX_STATE_ACTIVE,      /* the kernel is UCX's VM_UNMAPPED source */
 } mrn_ucx_state_t;
 
@@ -141,8 +142,8 @@ typedef ucs_status_t (*mrn_ucx_set_handler_fn)(int, int, ucm_event_callback_t, v
 
 /*
  * Who may touch what:
- *  - Written by the constructor, read-only after: real_*, version,
- *    table_added.
+ *  - Written when the shim attaches the backend, read-only after: hot,
+ *    real_*, version, table_added.
  *  - Written by the one activation (pthread_once) before it publishes
  *    state with a release store, read-only after: config, config_filled,
  *    refusal, why. Read state with mrn_ucx_state().
@@ -151,14 +152,16 @@ typedef ucs_status_t (*mrn_ucx_set_handler_fn)(int, int, ucm_event_callback_t, v
  *    statistics but for the four counted with atomics from paths that do
  *    not take it (checks, entry_checks, watch_failures, hook_refreshes:
  *    mrn_ucx_count).
- *  - mrn_ucx_hot (entry_hot.h): read without any lock by the hit paths;
- *    generation and seen are stored with atomics, seen only under lock.
+ *  - *hot (entry_hot.h, the shim's): read without any lock by the hit
+ *    paths; generation and seen are stored with atomics, seen only under
+ *    lock.
  * The lock is never held while UCX takes a lock of its own that UCX may
  * hold when it calls us, except the one documented call: a drain calls
  * ucm_vm_munmap() under it, which takes each cache's locks (UCX calls our
  * mem_reg and mem_dereg without the lock, so no cycle).
  */
 struct mrn_ucx_globals {
+	mrn_ucx_hot_t *hot;
 	mrn_ucx_state_t state;
 	pthread_once_t once;
 	int child_reopen; /* forked: open our own context before the next lookup */
@@ -166,7 +169,7 @@ struct mrn_ucx_globals {
 	mrn_ucx_config_t config;
 	int config_filled;
 	int table_added;      /* our table is in UCX's list */
-	unsigned version[3];  /* the running UCX's, read at load */
+	unsigned version[3];  /* the running UCX's, from the shim */
 	ucs_status_t refusal; /* REFUSED: what ucp_init returns */
 	char why[200];        /* not ACTIVE: the reason, for messages */
 	mrn_watch_t *watch;
@@ -204,8 +207,8 @@ static inline void mrn_ucx_count(uint64_t *counter, uint64_t n)
 /* The generation moved since the last drain. */
 static inline int mrn_ucx_moved(void)
 {
-	return __atomic_load_n(mrn_ucx_hot.generation, __ATOMIC_ACQUIRE) !=
-	       __atomic_load_n(&mrn_ucx_hot.seen, __ATOMIC_RELAXED);
+	return __atomic_load_n(mrn_ucx.hot->generation, __ATOMIC_ACQUIRE) !=
+	       __atomic_load_n(&mrn_ucx.hot->seen, __ATOMIC_RELAXED);
 }
 
 /*
@@ -214,9 +217,24 @@ static inline int mrn_ucx_moved(void)
  */
 void mrn_ucx_hot_follow(const volatile uint64_t *gen, uint64_t seen);
 
+/*
+ * What the backend puts in place of UCX's functions (MRN_UCX_WRAPPED),
+ * each calling UCX's own through real_* (activation.c, rcache_wrap.c,
+ * verbs_fork.c).
+ */
+ucs_status_t mrn_ucx_init_version(unsigned api_major_version, unsigned api_minor_version,
+				  const ucp_params_t *params, const ucp_config_t *config,
+				  ucp_context_h *context_p);
+ucs_status_t mrn_ucx_rcache_create(const ucs_rcache_params_t *params, const char *name,
+				   ucs_stats_node_t *stats_parent, ucs_rcache_t **rcache_p);
+void mrn_ucx_rcache_destroy(ucs_rcache_t *rcache);
+ucs_status_t mrn_ucx_set_event_handler(int events, int priority, ucm_event_callback_t cb,
+				       void *arg);
+ucs_status_t mrn_ucx_test_external_events(int events);
+int mrn_ucx_fork_init(void);
+
 /* activation.c */
 void mrn_ucx_activate(void);
-void *mrn_ucx_resolve(const char *name);
 
 /* watch_table.c: all with the lock held. */
 uint32_t mrn_ucx_slot_find(uintptr_t start, size_t len);
@@ -228,24 +246,21 @@ int mrn_ucx_slot_put(uint32_t s);
 void mrn_ucx_forget_all(void);
 void mrn_ucx_slots_reset(void);
 
-/* drain.c; the assembly also reaches the last three */
+/* drain.c */
 void mrn_ucx_drain(void);
-ucs_status_t mrn_ucx_get_after_drain(MRN_UCX_GET_PARAMS);
-ucs_status_t mrn_ucx_get_counted(MRN_UCX_GET_PARAMS);
-void mrn_ucx_entry_slow(void);
+void mrn_ucx_slow(int kind); /* the hit paths' slow path (MRN_UCX_SLOW_*) */
 int mrn_ucx_self_test(const char **why);
 
-/* entry_points.c */
-void mrn_ucx_entries_resolve(void);
-
 /* lookup_hook.c; attach and follow with the lock held */
-void mrn_ucx_hook_resolve(void);
+void mrn_ucx_hook_resolve(void *(*real)(const char *name));
 int mrn_ucx_hook_present(void);
 void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc);
 void mrn_ucx_hook_follow(void);
 
-/* fork.c */
-void mrn_ucx_fork_handlers(void);
+/* fork.c: the shim's pthread_atfork() handlers call the first three. */
+void mrn_ucx_fork_prepare(void);
+void mrn_ucx_fork_parent(void);
+void mrn_ucx_fork_child(void);
 void mrn_ucx_child_reopen(void); /* lock held */
 
 #endif

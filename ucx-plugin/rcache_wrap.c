@@ -178,9 +178,8 @@ static const ucs_rcache_ops_t mrn_ucx_ops = {
 	.dump_region = mrn_ucx_dump_region,
 };
 
-MRN_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params, const char *name,
-					      ucs_stats_node_t *stats_parent,
-					      ucs_rcache_t **rcache_p)
+ucs_status_t mrn_ucx_rcache_create(const ucs_rcache_params_t *params, const char *name,
+				   ucs_stats_node_t *stats_parent, ucs_rcache_t **rcache_p)
 {
 	ucs_rcache_params_t ours;
 	mrn_ucx_rcache_t *rc;
@@ -223,7 +222,7 @@ MRN_UCX_EXPORT ucs_status_t ucs_rcache_create(const ucs_rcache_params_t *params,
 	return UCS_OK;
 }
 
-MRN_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
+void mrn_ucx_rcache_destroy(ucs_rcache_t *rcache)
 {
 	mrn_ucx_rcache_t **pp, *rc = NULL;
 
@@ -250,8 +249,8 @@ MRN_UCX_EXPORT void ucs_rcache_destroy(ucs_rcache_t *rcache)
  * The rcache registers its VM_UNMAPPED handler while UCX creates it: note
  * the handler, which invalidates a range in that cache alone.
  */
-MRN_UCX_EXPORT ucs_status_t ucm_set_event_handler(int events, int priority, ucm_event_callback_t cb,
-						  void *arg)
+ucs_status_t mrn_ucx_set_event_handler(int events, int priority, ucm_event_callback_t cb,
+				       void *arg)
 {
 	mrn_ucx_rcache_t *rc = mrn_ucx_creating;
 
@@ -269,7 +268,7 @@ MRN_UCX_EXPORT ucs_status_t ucm_set_event_handler(int events, int priority, ucm_
 	return mrn_ucx.real_set_handler(events, priority, cb, arg);
 }
 
-MRN_UCX_EXPORT ucs_status_t ucm_test_external_events(int events)
+ucs_status_t mrn_ucx_test_external_events(int events)
 {
 	const char *why = NULL;
 	int rc;

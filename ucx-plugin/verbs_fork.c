@@ -55,7 +55,7 @@ static int mrn_ucx_fork_unneeded(void)
 	return fn != NULL && fn() == MRN_UCX_IBV_FORK_UNNEEDED;
 }
 
-MRN_UCX_EXPORT int ibv_fork_init(void)
+int mrn_ucx_fork_init(void)
 {
 	mrn_ucx_activate();
 	if (mrn_ucx_state() == MRN_UCX_STATE_ACTIVE && mrn_ucx_fork_unneeded()) {
