@@ -32,6 +32,20 @@
 
 	.text
 
+/* A function's start and end, as every symbol below has them. */
+	.macro	FUNC name
+	.type	\name, %function
+	.p2align 4
+\name:
+	.cfi_startproc
+	BTI_C
+	.endm
+
+	.macro	ENDFUNC name
+	.cfi_endproc
+	.size	\name, .-\name
+	.endm
+
 /*
  * Around a C call from a function entry: x0-x8 with the frame record (none
  * of these functions takes floating-point or variadic arguments).
@@ -71,43 +85,29 @@
 	.macro	MRN_UNBOUND name
 	.globl	mrn_ucx_unbound_\name
 	.hidden	mrn_ucx_unbound_\name
-	.type	mrn_ucx_unbound_\name, %function
-	.p2align 4
-mrn_ucx_unbound_\name:
-	.cfi_startproc
-	BTI_C
+	FUNC	mrn_ucx_unbound_\name
 	SAVE_ARGS
 	adrp	x0, mrn_ucx_real_\name
 	add	x0, x0, :lo12:mrn_ucx_real_\name
 	bl	mrn_ucx_bind_call
 	RESTORE_ARGS
 	JUMP_REAL \name
-	.cfi_endproc
-	.size	mrn_ucx_unbound_\name, .-mrn_ucx_unbound_\name
+	ENDFUNC	mrn_ucx_unbound_\name
 	.endm
 
 /* A function the backend wraps: only the branch. */
 	.macro	MRN_WRAPPED name
 	.globl	\name
-	.type	\name, %function
-	.p2align 4
-\name:
-	.cfi_startproc
-	BTI_C
+	FUNC	\name
 	JUMP_REAL \name
-	.cfi_endproc
-	.size	\name, .-\name
+	ENDFUNC	\name
 	MRN_UNBOUND \name
 	.endm
 
 /* The compare, then the branch; the slow path calls mrn_ucx_entry_slow(KIND). */
 	.macro	MRN_CHECKED name, kind
 	.globl	\name
-	.type	\name, %function
-	.p2align 4
-\name:
-	.cfi_startproc
-	BTI_C
+	FUNC	\name
 	adrp	x16, mrn_ucx_hot
 	add	x16, x16, :lo12:mrn_ucx_hot
 	ldr	x17, [x16, #MRN_UCX_HOT_GENERATION]
@@ -123,8 +123,7 @@ mrn_ucx_unbound_\name:
 	bl	mrn_ucx_entry_slow
 	RESTORE_ARGS
 	JUMP_REAL \name
-	.cfi_endproc
-	.size	\name, .-\name
+	ENDFUNC	\name
 	MRN_UNBOUND \name
 	.endm
 

@@ -33,6 +33,20 @@
 
 	.text
 
+/* A function's start and end, as every symbol below has them. */
+	.macro	FUNC name
+	.type	\name, @function
+	.p2align 4
+\name:
+	.cfi_startproc
+	ENDBR
+	.endm
+
+	.macro	ENDFUNC name
+	.cfi_endproc
+	.size	\name, .-\name
+	.endm
+
 /*
  * Around a C call from a function entry: the six argument registers, and
  * %rax (the count of vector registers of a variadic call; it also keeps
@@ -81,31 +95,21 @@
 	.macro	MRN_UNBOUND name
 	.globl	mrn_ucx_unbound_\name
 	.hidden	mrn_ucx_unbound_\name
-	.type	mrn_ucx_unbound_\name, @function
-	.p2align 4
-mrn_ucx_unbound_\name:
-	.cfi_startproc
-	ENDBR
+	FUNC	mrn_ucx_unbound_\name
 	SAVE_ARGS
 	leaq	mrn_ucx_real_\name(%rip), %rdi
 	call	mrn_ucx_bind_call
 	RESTORE_ARGS
 	jmp	*mrn_ucx_real_\name(%rip)
-	.cfi_endproc
-	.size	mrn_ucx_unbound_\name, .-mrn_ucx_unbound_\name
+	ENDFUNC	mrn_ucx_unbound_\name
 	.endm
 
 /* A function the backend wraps: only the jump. */
 	.macro	MRN_WRAPPED name
 	.globl	\name
-	.type	\name, @function
-	.p2align 4
-\name:
-	.cfi_startproc
-	ENDBR
+	FUNC	\name
 	jmp	*mrn_ucx_real_\name(%rip)
-	.cfi_endproc
-	.size	\name, .-\name
+	ENDFUNC	\name
 	MRN_UNBOUND \name
 	.endm
 
@@ -117,11 +121,7 @@ mrn_ucx_unbound_\name:
  */
 	.macro	MRN_CHECKED name, kind
 	.globl	\name
-	.type	\name, @function
-	.p2align 4
-\name:
-	.cfi_startproc
-	ENDBR
+	FUNC	\name
 	movq	mrn_ucx_hot+MRN_UCX_HOT_GENERATION(%rip), %r11
 	movq	(%r11), %r11
 	cmpq	mrn_ucx_hot+MRN_UCX_HOT_SEEN(%rip), %r11
@@ -134,8 +134,7 @@ mrn_ucx_unbound_\name:
 	call	mrn_ucx_entry_slow
 	RESTORE_ARGS
 	jmp	*mrn_ucx_real_\name(%rip)
-	.cfi_endproc
-	.size	\name, .-\name
+	ENDFUNC	\name
 	MRN_UNBOUND \name
 	.endm
 

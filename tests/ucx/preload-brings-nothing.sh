@@ -1,11 +1,12 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
-# What preloading libmrnotify-ucx.so (as `module load mrnotify` does for
-# every program) leaves alone, on the host, no module needed:
-#  - a program that does not use UCX (sh, python3) maps no library of UCX,
-#    libmrnotify or libstdc++ that it did not map without the preload, and
-#    its signal dispositions are the same;
-#  - a program whose UCX is its own copy, behind the RUNPATH of a library it
+# What preloading libmrnotify-ucx.so and libmrnotify-ofi-preload.so (as
+# `module load mrnotify` does for every program) leaves alone, on the host,
+# no module needed:
+#  - a program that uses neither UCX nor libfabric (sh, python3) maps no
+#    library of UCX, libfabric, libmrnotify or libstdc++ that it did not map
+#    without the preloads, and its signal dispositions are the same;
+#  - a program whose UCX is its own copy, behind the RPATH of a library it
 #    dlopen()s with RTLD_LOCAL (as a Spack or vendor Open MPI reaches UCX
 #    from mca_pml_ucx.so), keeps that copy: every UCX library mapped is the
 #    copy's, and the plugin's backend serves it (its statistics line).
@@ -20,6 +21,10 @@ top=${BUILDDIR:-$(cd .. && pwd)}
 here=$(cd "$(dirname "$0")" && pwd)
 plugin=$top/ucx-plugin/.libs/libmrnotify-ucx.so
 control=$top/ucx-plugin/.libs/libmrnotify-ucx-backend.so
+# What the modulefiles preload: the UCX plugin and, where built, libfabric's.
+ofi=$top/lib/.libs/libmrnotify-ofi-preload.so
+[ -r "$ofi" ] || ofi=
+module_preload=$plugin${ofi:+:$ofi}
 export LD_LIBRARY_PATH=$top/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 unset LD_PRELOAD UCX_MRNOTIFY_ENABLE UCX_MRNOTIFY_STATS
 if [ ! -r "$plugin" ] || [ ! -r "$control" ]; then
@@ -32,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 # What a process shows of itself: the libraries of UCX, libmrnotify and
 # libstdc++ it maps (not the preloaded object's own file), and its caught
 # and ignored signals. Written by the program itself, to $1.
-foreign='/(libucp|libuct|libucs|libucm|libmrnotify|libmrnotify-ucx-backend|libstdc\+\+)[.]'
+foreign='/(libucp|libuct|libucs|libucm|libfabric|libmrnotify|libmrnotify-ucx-backend|libstdc\+\+)[.]'
 SH_SELF='sed -n "s|.* \(/.*\)|\1|p" /proc/$$/maps | grep -E "$0" | sort -u; grep -E "^Sig(Cgt|Ign)" /proc/$$/status'
 PY_SELF='import re,sys
 maps = sorted({l.split(None, 5)[5].strip() for l in open("/proc/self/maps") if len(l.split()) > 5})
@@ -53,16 +58,16 @@ for p in sh python3; do
 		continue
 	fi
 	program $p "$tmp/$p.without"
-	program $p "$tmp/$p.with" "$plugin"
+	program $p "$tmp/$p.with" "$module_preload"
 	program $p "$tmp/$p.control" "$control"
 	if grep -qE "$foreign" "$tmp/$p.with"; then
-		fail "$p under the preload maps no library of UCX, libmrnotify or libstdc++"
+		fail "$p under the preload maps no library of UCX, libfabric, libmrnotify or libstdc++"
 		grep -E "$foreign" "$tmp/$p.with" | sed 's/^/# /'
 	elif [ -s "$tmp/$p.without" ] && grep -qE "$foreign" "$tmp/$p.without"; then
-		skip "$p under the preload maps no library of UCX, libmrnotify or libstdc++" \
+		skip "$p under the preload maps no library of UCX, libfabric, libmrnotify or libstdc++" \
 			"$p maps some without it"
 	else
-		pass "$p under the preload maps no library of UCX, libmrnotify or libstdc++"
+		pass "$p under the preload maps no library of UCX, libfabric, libmrnotify or libstdc++"
 	fi
 	check "... and its signal dispositions are those without it" \
 		[ "$(grep '^Sig' "$tmp/$p.with")" = "$(grep '^Sig' "$tmp/$p.without")" ]
