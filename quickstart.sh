@@ -143,7 +143,7 @@ run_tests() {
 	# The root is cached like the stacks (tests/harness/install-root.sh);
 	# docs/deploying.md lists what is checked.
 	lane "install" "make check-install (the packages in a fresh Debian 12 root, booted)" \
-		"tests/install-results/host.log tests/install-results/host-checks.log tests/install-results/guest/[0-9]*.out" \
+		"tests/install-results/host.log tests/install-results/host-checks.log tests/install-results/guest/[0-9]*.out tests/install-results/removal-checks.log" \
 		make check-install
 	# Figures, not pass/fail (the guest is emulated: read its ratios). The
 	# Open MPI component's hit path against grdma: bench/rcache_bench.

@@ -15,7 +15,10 @@
 #  5. a qemu guest booting the root's kernel on the root: guest-checks.sh
 #     (the installed module, library, component, plugin, mrnotify-check and
 #     modulefiles), then guest-upgrade.sh (an upgrade while a job holds the
-#     device open).
+#     device open);
+#  6. in a chroot again: removal-checks.sh (every configuration the docs
+#     give applied, every package purged, then an Open MPI job and a UCX
+#     program as on a node that never had mrnotify).
 # Every step's time is printed (cold and warm runs).
 #
 # Usage: check-install.sh --srcdir DIR --builddir DIR
@@ -185,4 +188,15 @@ timed "guest: installed pieces, then the upgrade" \
 	"bash guest-checks.sh $v1 $mpi_test" \
 	"bash guest-upgrade.sh $v1 $v2 /var/tmp/mrn-debs/new /opt/mrn-test/mrn_holder"
 check "guest: the installed pieces work, and survive an upgrade (guest/1.out, guest/2.out)" [ $? -eq 0 ]
+
+# --- 6. removal: every package purged after every configuration the docs give ------
+
+mount -t proc proc "$r/proc" && mount --rbind /dev "$r/dev" && mount -t tmpfs tmpfs "$r/tmp" ||
+	{ fail "cannot mount /proc, /dev, /tmp in the root again"; finish; }
+cp "$mpi_test" "$r/opt/mrn-test/"
+in_root bash /opt/mrn-test/removal-checks.sh "/opt/mrn-test/$(basename "$mpi_test")" \
+	>"$results/removal-checks.log" 2>&1
+rc=$?
+show "$results/removal-checks.log"
+check "removal (no device): removal-checks.sh" [ $rc -eq 0 ]
 finish

@@ -45,35 +45,44 @@ check "control: the old unconditional snippet fails the same checks" [ $rc -ne 0
 check "control: ... because it turns UCM's hooks off in the environment" \
 	grep -q "^not ok [0-9]* - tcl .*UCM's hooks not turned off in the environment" "$tmp/control.out"
 
-# A node without the device, after module load. Open MPI 4.1 loads grdma as
-# a component, and the grdma-shadow build first in the component path
-# serves in its place on every node (docs/deploying.md, "Login and compute
-# nodes"): here with its fallback monitor, never the kernel's.
+# A node without the device, after module load: serve_grdma=kernel reaches
+# the mrnotify component (among Open MPI's own), which leaves grdma to Open
+# MPI where the device cannot be used (docs/deploying.md, "Login and compute
+# nodes").
+ours="Component v$(mrnotify-check --version | cut -d' ' -f2)"
 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root bash --norc -c '
 . /usr/share/lmod/lmod/init/bash
 module use /usr/share/modulefiles
 module load mrnotify 2>/dev/null
-ompi_info; mrnotify-check' >"$tmp/ompi_info" 2>&1
-check "without the device, after module load: ompi_info's grdma is mrnotify's (Open MPI 4.1, grdma-shadow)" \
-	sh -c "grep 'MCA rcache: grdma' '$tmp/ompi_info' | grep -q 'Component v$(mrnotify-check --version | cut -d" " -f2)'"
-grep '^  picked: ' "$tmp/ompi_info" | sed 's/^/    /'
+ompi_info; ompi_info --param rcache mrnotify --level 9; mrnotify-check' >"$tmp/ompi_info" 2>&1
+check "without the device, after module load: serve_grdma=kernel reaches the mrnotify component" \
+	grep -q 'parameter "rcache_mrnotify_serve_grdma" (current value: "kernel", data source: environment' "$tmp/ompi_info"
+check "... ompi_info's grdma is Open MPI's own, the mrnotify component is listed ($ours)" \
+	sh -c "grep 'MCA rcache: grdma' '$tmp/ompi_info' | grep -vq '$ours' &&
+		grep 'MCA rcache: mrnotify' '$tmp/ompi_info' | grep -q '$ours'"
+grep -E '^  (picked|grdma_served_by): ' "$tmp/ompi_info" | sed 's/^/    /'
+check "... mrnotify-check says who serves grdma" \
+	grep -q '^  grdma_served_by: mrnotify.s in each process that can use the device' "$tmp/ompi_info"
 check "... and a cache here picks a monitor other than the kernel's" \
 	sh -c "grep '^  picked: ' '$tmp/ompi_info' | grep -vq 'picked: kernel'"
 # The configuration examples: applied as their headers say, then undone
 # (this root is a throw-away overlay).
 ex=/usr/share/doc/mrnotify-tools/examples
-ours="Component v$(mrnotify-check --version | cut -d' ' -f2)"
 conf=/etc/openmpi/openmpi-mca-params.conf
 cp "$conf" "$tmp/mca-params.orig"
 # Debian's file has no final newline: start a line of our own.
 { echo; grep -v '^#' "$ex/openmpi-mca-params.conf"; } >>"$conf"
-check "openmpi-mca-params.conf example: ompi_info's grdma is mrnotify's ($ours)" \
-	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -q '$ours'"
-check "... and mrnotify-check sees the shadow directory first" \
-	sh -c "mrnotify-check | grep -q '^  grdma_shadow_in_path: first'"
+check "openmpi-mca-params.conf example: Open MPI reads serve_grdma=kernel from it" \
+	sh -c "ompi_info --param rcache mrnotify --level 9 2>&1 |
+		grep -q 'parameter \"rcache_mrnotify_serve_grdma\" (current value: \"kernel\", data source: file'"
+check "... it names no directory (no component path)" \
+	sh -c "! grep -q '^[^#]*mca_base_component_path' '$conf'"
+check "... and mrnotify-check reports it" \
+	sh -c "mrnotify-check | grep -q '^  serve_grdma_from: $conf'"
 cp "$tmp/mca-params.orig" "$conf"
-check "openmpi-mca-params.conf example undone: Open MPI's own grdma again" \
-	sh -c "ompi_info 2>&1 | grep 'MCA rcache: grdma' | grep -vq '$ours'"
+check "openmpi-mca-params.conf example undone: serve_grdma at its default again" \
+	sh -c "ompi_info --param rcache mrnotify --level 9 2>&1 |
+		grep -q 'parameter \"rcache_mrnotify_serve_grdma\" (current value: \"0\"'"
 mkdir -p /etc/ucx
 cp "$ex/ucx.conf" /etc/ucx/ucx.conf
 ucx_plugin=$(ls /usr/lib/*/mrnotify/libmrnotify-ucx.so | head -n 1)

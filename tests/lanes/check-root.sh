@@ -125,6 +125,15 @@ echo "== make check in the $release root"
 in_root make -k -j2 check >"$b/check.log" 2>&1 || status=1
 grep -E '^(# (TOTAL|PASS|SKIP|FAIL|ERROR)|(FAIL|ERROR):)' "$b/check.log"
 elapsed "make check"
+# The UCX plugin built here, preloaded into the host's programs (another
+# UCX release): every program runs; the former shape's control fails.
+if [ -d "$b/tests/ucx" ]; then
+	echo "== the $release build's UCX plugin preloaded into the host's programs"
+	sh "$srcdir/tests/ucx/cross-release-preload.sh" "$b" "$builddir/lib/.libs" \
+		>"$b/tests/ucx/cross-release-preload.log" 2>&1 ||
+		status=1
+	grep -E '^(not )?ok' "$b/tests/ucx/cross-release-preload.log"
+fi
 # make check-guest's commands and flags, from this build.
 in_root make -s -C tests guest-commands.list >/dev/null 2>&1 &&
 	[ -s "$b/tests/guest-commands.list" ] || {

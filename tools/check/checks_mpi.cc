@@ -88,11 +88,15 @@ std::vector<std::string> split(const std::string &s, char sep)
 	return parts;
 }
 
-// The component path a job started here gets, and where it comes from.
-std::string component_path(const Paths &paths, std::string *source)
+// The value of the MCA parameter NAME a job started here gets (its
+// environment, else the node's openmpi-mca-params.conf, else FALLBACK), and
+// where it comes from.
+std::string mca_param(const Paths &paths, const std::string &name, const std::string &fallback,
+		      std::string *source)
 {
-	if (const char *env = getenv("OMPI_MCA_mca_base_component_path")) {
-		*source = "environment (OMPI_MCA_mca_base_component_path)";
+	const std::string var = "OMPI_MCA_" + name;
+	if (const char *env = getenv(var.c_str())) {
+		*source = "environment (" + var + ")";
 		return env;
 	}
 	std::ifstream in(paths.mca_conf);
@@ -103,7 +107,7 @@ std::string component_path(const Paths &paths, std::string *source)
 			continue;
 		std::string key = line.substr(0, eq);
 		key.erase(key.find_last_not_of(" \t") + 1);
-		if (key != "mca_base_component_path")
+		if (key != name)
 			continue;
 		found = line.substr(eq + 1);
 		found.erase(0, found.find_first_not_of(" \t"));
@@ -114,7 +118,7 @@ std::string component_path(const Paths &paths, std::string *source)
 		return found;
 	}
 	*source = "Open MPI's default";
-	return "SYS_DEFAULT:USER_DEFAULT";
+	return fallback;
 }
 
 // "yes" when this environment's LD_PRELOAD names the object.
@@ -166,7 +170,8 @@ Section check_openmpi(const Paths &paths)
 				  " in mca_base_component_path");
 
 	std::string source;
-	const std::string path = component_path(paths, &source);
+	const std::string path =
+		mca_param(paths, "mca_base_component_path", "SYS_DEFAULT:USER_DEFAULT", &source);
 	s.add("component_path", path);
 	s.add("component_path_from", source);
 	int shadow_at = -1, sys_at = -1, i = 0;
@@ -193,6 +198,23 @@ Section check_openmpi(const Paths &paths)
 	else
 		place = "first: transports asking for grdma get mrnotify's";
 	s.add("grdma_shadow_in_path", place);
+	// What the modulefiles and the example configuration set instead of a path.
+	std::string serve_from;
+	const std::string serve = mca_param(paths, "rcache_mrnotify_serve_grdma", "0", &serve_from);
+	s.add("serve_grdma", serve);
+	s.add("serve_grdma_from", serve_from);
+	const bool serving = serve == "kernel" || serve == "1" || serve == "true" || serve == "yes";
+	std::string served_by;
+	if (shadow_at >= 0 && (sys_at < 0 || shadow_at < sys_at))
+		served_by = "mrnotify's (the grdma-named build first in the component path)";
+	else if (serving && have_component)
+		served_by = serve == "kernel"
+				    ? "mrnotify's in each process that can use the device, else Open MPI's "
+				      "own (serve_grdma=kernel)"
+				    : "mrnotify's (serve_grdma=" + serve + ")";
+	else
+		served_by = "Open MPI's own";
+	s.add("grdma_served_by", served_by);
 	if (sys_at < 0)
 		s.problems.push_back("SYS_DEFAULT is missing from the component path: every stock "
 				     "component is lost");
