@@ -103,6 +103,11 @@ static int mrn_ucx_probing;
 /* This thread is binding: a call that comes back here resolves by name only. */
 static __thread int mrn_ucx_binding;
 
+/*
+ * The library of that soname if the process has loaded it, never loading
+ * it. The reference this takes is kept: the pointers into that UCX stay
+ * valid if the program dlclose()s it.
+ */
 static void *mrn_ucx_loaded(const char *soname)
 {
 	return dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
