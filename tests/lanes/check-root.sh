@@ -134,6 +134,17 @@ if [ -d "$b/tests/ucx" ]; then
 		status=1
 	grep -E '^(not )?ok' "$b/tests/ucx/cross-release-preload.log"
 fi
+# The release's Open MPI as a second one beside the host's, under the
+# module's environment (this build's preloads): a btl/ofi job as without it.
+# Debian 13's only: forky's Open MPI 6 job over btl/ofi is not checked here.
+if [ "$stack" = 6.12 ] && [ -x "$b/tests/mca/mpi_rcache_test" ] &&
+	[ -r "$builddir/ucx-plugin/.libs/libmrnotify-ucx.so" ]; then
+	echo "== $release's Open MPI under the module's environment"
+	in_root --bind "$builddir" bash "$srcdir/tests/lanes/second-mpi.sh" "$b/tests/mca/mpi_rcache_test" \
+		"$builddir/ucx-plugin/.libs/libmrnotify-ucx.so" "$builddir/lib/.libs/libmrnotify-ofi-preload.so" \
+		"$builddir/lib/.libs" >"$b/tests/mca/second-mpi.log" 2>&1 || status=1
+	grep -E '^(not )?ok|^# the former' "$b/tests/mca/second-mpi.log"
+fi
 # make check-guest's commands and flags, from this build.
 in_root make -s -C tests guest-commands.list >/dev/null 2>&1 &&
 	[ -s "$b/tests/guest-commands.list" ] || {
