@@ -90,7 +90,6 @@ static struct {
 	pthread_mutex_t lock;
 	int bound;           /* to the process's UCX: for good */
 	void *ucp, *ucs, *ucm; /* its libraries (RTLD_NOLOAD handles) */
-	unsigned version[3];
 	const struct mrn_ucx_backend *backend;
 	char why[512]; /* no backend: the reason */
 } mrn_ucx_shim = {
@@ -153,6 +152,13 @@ static int mrn_ucx_dir_of(void *handle, char *dir, size_t size)
 	return 0;
 }
 
+/* What the backend is handed; the version is the running UCX's, read at binding. */
+static struct mrn_ucx_shim mrn_ucx_iface = {
+	.abi = MRN_UCX_SHIM_ABI,
+	.hot = &mrn_ucx_hot,
+	.real = mrn_ucx_find,
+};
+
 /*
  * The running UCX's version: libucp's, loaded beside the process's libucs
  * when the process uses UCT alone (its libucp is then the same release).
@@ -171,7 +177,7 @@ static int mrn_ucx_read_version(void)
 		*(void **)&get = dlsym(mrn_ucx_shim.ucp, "ucp_get_version");
 	if (get == NULL)
 		return -1;
-	get(&mrn_ucx_shim.version[0], &mrn_ucx_shim.version[1], &mrn_ucx_shim.version[2]);
+	get(&mrn_ucx_iface.version[0], &mrn_ucx_iface.version[1], &mrn_ucx_iface.version[2]);
 	return 0;
 }
 
@@ -295,17 +301,11 @@ static signed char mrn_ucx_refuse_init(void)
 	return -22; /* UCS_ERR_UNSUPPORTED */
 }
 
-/* What the backend is handed (the version is filled in before it loads). */
-static struct mrn_ucx_shim mrn_ucx_iface = {
-	.abi = MRN_UCX_SHIM_ABI,
-	.hot = &mrn_ucx_hot,
-	.real = mrn_ucx_find,
-};
 
 /* The backend for the running UCX, or NULL with the reason in why. */
 static const struct mrn_ucx_backend *mrn_ucx_load_backend(void)
 {
-	const unsigned *v = mrn_ucx_shim.version;
+	const unsigned *v = mrn_ucx_iface.version;
 	char dir[PATH_MAX], path[PATH_MAX], have[256];
 	const struct mrn_ucx_backend *b;
 	mrn_ucx_attach_fn attach;
@@ -325,7 +325,6 @@ static const struct mrn_ucx_backend *mrn_ucx_load_backend(void)
 			 v[0], v[1], v[2], dir, have[0] ? have : "none");
 		return NULL;
 	}
-	memcpy(mrn_ucx_iface.version, v, sizeof(mrn_ucx_iface.version));
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		snprintf(mrn_ucx_shim.why, sizeof(mrn_ucx_shim.why), "%s", dlerror());
@@ -392,6 +391,13 @@ static void mrn_ucx_bind_locked(void)
 		mrn_ucx_say_not_used();
 }
 
+static void mrn_ucx_bind(void)
+{
+	pthread_mutex_lock(&mrn_ucx_shim.lock);
+	mrn_ucx_bind_locked();
+	pthread_mutex_unlock(&mrn_ucx_shim.lock);
+}
+
 /*
  * From a stub (entry_<arch>.S), with the caller's arguments saved: the
  * pointer REAL must lead somewhere before the stub jumps through it.
@@ -430,7 +436,6 @@ MRN_UCX_HIDDEN __attribute__((used, noinline)) void mrn_ucx_entry_slow(int kind)
 	if (b != NULL)
 		b->slow(kind);
 }
-
 
 /*
  * fork(): registered at load, before UCX can register its own (prepare
@@ -474,11 +479,8 @@ static void mrn_ucx_probe(void)
 {
 	char dir[PATH_MAX], have[256] = "";
 
-	if (!mrn_ucx_shim.bound && dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL) != NULL) {
-		pthread_mutex_lock(&mrn_ucx_shim.lock);
-		mrn_ucx_bind_locked();
-		pthread_mutex_unlock(&mrn_ucx_shim.lock);
-	}
+	if (!mrn_ucx_shim.bound && dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL) != NULL)
+		mrn_ucx_bind();
 	if (mrn_ucx_backend_dir(dir, sizeof(dir)) == 0)
 		mrn_ucx_backends_in(dir, have, sizeof(have));
 	if (!mrn_ucx_shim.bound || mrn_ucx_shim.ucp == NULL)
@@ -486,8 +488,8 @@ static void mrn_ucx_probe(void)
 			have[0] ? have : "(none)");
 	else
 		fprintf(stderr, "libmrnotify-ucx: built for UCX %s, runs UCX %u.%u.%u: %s%s%s\n",
-			have[0] ? have : "(none)", mrn_ucx_shim.version[0],
-			mrn_ucx_shim.version[1], mrn_ucx_shim.version[2],
+			have[0] ? have : "(none)", mrn_ucx_iface.version[0],
+			mrn_ucx_iface.version[1], mrn_ucx_iface.version[2],
 			mrn_ucx_shim.backend != NULL ? "supported" : "unsupported",
 			mrn_ucx_shim.backend != NULL ? "" : ": ",
 			mrn_ucx_shim.backend != NULL ? "" : mrn_ucx_shim.why);
@@ -504,11 +506,8 @@ __attribute__((constructor)) static void mrn_ucx_shim_init(void)
 	 * constructor runs after the program's libraries'): bind now, so that
 	 * its configuration listing (ucx_info -c) has the plugin's settings.
 	 */
-	if (mrn_ucx_loaded("libucs.so.0") != NULL) {
-		pthread_mutex_lock(&mrn_ucx_shim.lock);
-		mrn_ucx_bind_locked();
-		pthread_mutex_unlock(&mrn_ucx_shim.lock);
-	}
+	if (mrn_ucx_loaded("libucs.so.0") != NULL)
+		mrn_ucx_bind();
 	if (mrn_ucx_probing)
 		mrn_ucx_probe();
 }
