@@ -38,6 +38,14 @@ if aarch64-linux-gnu-readelf -n "$tmp/e.o" 2>/dev/null | grep -q 'AArch64 featur
 else
 	fail "aarch64: the object says it supports BTI and PAC, as the C objects do"
 fi
+# The preloaded object's C side, which no other lane here builds for aarch64.
+if "$cc" -c -O2 -fPIC -fvisibility=hidden -mbranch-protection=standard -Wall -Wextra -Werror \
+	-I"$plugin" "$plugin/shim.c" -o "$tmp/shim.o" >"$tmp/shim.log" 2>&1; then
+	pass "aarch64: the preloaded object's C side (shim.c) builds with -Werror"
+else
+	fail "aarch64: the preloaded object's C side (shim.c) builds with -Werror"
+	sed 's/^/# /' "$tmp/shim.log"
+fi
 # The program's own TAP lines, renumbered after ours.
 qemu-aarch64 "$tmp/t" >"$tmp/out" 2>&1
 rc=$?
