@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * /dev/mrnotify: its contexts (one per open file), their status page, ids
- * and ioctls, and the module's counters and parameters. The design and the
+ * and ioctls, and the module's parameters. The design and the
  * locking are described in mrn_internal.h.
  */
 
@@ -10,7 +10,6 @@
 #include <linux/build_bug.h>
 #include <linux/compat.h>
 #include <linux/cred.h>
-#include <linux/debugfs.h>
 #include <linux/device.h>
 #include <linux/errno.h>
 #include <linux/fs.h>
@@ -54,29 +53,7 @@
 /* Kernel memory of one registration, for the default per-user cap. */
 #define MRN_REG_COST	128
 
-static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
-	[MRN_CNT_UNMAP] = "callbacks_unmap",
-	[MRN_CNT_CLEAR] = "callbacks_clear",
-	[MRN_CNT_PROTECTION_VMA] = "callbacks_protection_vma",
-	[MRN_CNT_PROTECTION_PAGE] = "callbacks_protection_page",
-	[MRN_CNT_SOFT_DIRTY] = "callbacks_soft_dirty",
-	[MRN_CNT_RELEASE] = "callbacks_release",
-	[MRN_CNT_MIGRATE] = "callbacks_migrate",
-	[MRN_CNT_EXCLUSIVE] = "callbacks_exclusive",
-	[MRN_CNT_OTHER] = "callbacks_other",
-	[MRN_CNT_INVALIDATED] = "invalidated",
-	[MRN_CNT_REGISTERED_DIRTY] = "registered_dirty",
-	[MRN_CNT_IGNORED] = "ignored",
-	[MRN_CNT_DRAINED] = "drained",
-	[MRN_CNT_UNREGISTERED_DIRTY] = "unregistered_dirty",
-	[MRN_CNT_USER_LIMIT] = "user_limit_hits",
-};
-
-DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
-static atomic_long_t mrn_nr_contexts = ATOMIC_LONG_INIT(0);
-static atomic_long_t mrn_nr_regs = ATOMIC_LONG_INIT(0);
 static struct kmem_cache *mrn_reg_cache;
-static struct dentry *mrn_debugfs;
 
 static unsigned int mrn_max_registrations = MRN_DEFAULT_MAX_REGISTRATIONS;
 /* Set at load time from the memory size when not given (see mrn_init). */
@@ -336,8 +313,10 @@ static int mrn_release(struct inode *inode, struct file *file)
 	 * the mm's notifier outlives its last context by an SRCU grace
 	 * period (mmu_notifier_put), so a change that starts later finds
 	 * none of ours. Both stay valid while we hold mm_count, even after
-	 * the mm's exit_mmap().
+	 * the mm's exit_mmap(). The mutex is uncontended (this is the last
+	 * reference): it is taken because mrn_unwatch() asks for it.
 	 */
+	mutex_lock(&ctx->mutex);
 	xa_for_each(&ctx->regs, slot, entry) {
 		if (xa_is_value(entry))
 			continue;
@@ -345,6 +324,7 @@ static int mrn_release(struct inode *inode, struct file *file)
 		mrn_free_reg(ctx, entry);
 		cond_resched();
 	}
+	mutex_unlock(&ctx->mutex);
 	/*
 	 * A change may still be finishing a mark of one of ours (drained
 	 * meanwhile, so not in the index any more): its wakeup reads the
@@ -625,6 +605,7 @@ static int mrn_drain_take(struct mrn_ctx *ctx, struct mrn_dirty_entry *ents,
 	u32 n = 0;
 	int ret;
 
+	lockdep_assert_held(&ctx->drain_mutex);
 	ret = mutex_lock_killable(&ctx->mutex);
 	if (ret)
 		return ret;
@@ -656,13 +637,17 @@ static int mrn_drain_take(struct mrn_ctx *ctx, struct mrn_dirty_entry *ents,
 	return ret;
 }
 
-/* Release a reported batch, or forget it when it could not be reported. */
+/*
+ * Release a reported batch, or forget it when it could not be reported;
+ * ctx->drain_mutex held (the batch's owner).
+ */
 static void mrn_drain_finish(struct mrn_ctx *ctx, bool commit)
 {
 	struct mrn_reg *reg;
 	unsigned long index;
 	u64 n = 0;
 
+	lockdep_assert_held(&ctx->drain_mutex);
 	/*
 	 * Not killable: the batch must not stay marked. Nothing here waits
 	 * for user space.
@@ -850,51 +835,6 @@ static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 }
 
-/*
- * /sys/kernel/debug/mrnotify/: one value per file, root only. Module-wide
- * sums over all processes, so a test can see what happened to a context
- * whose owner has exited. Not ABI.
- */
-static u64 mrn_counter_sum(enum mrn_counter c)
-{
-	u64 sum = 0;
-	int cpu;
-
-	for_each_possible_cpu(cpu)
-		sum += READ_ONCE(per_cpu_ptr(&mrn_pcpu_stats, cpu)->count[c]);
-	return sum;
-}
-
-static int mrn_counter_get(void *data, u64 *val)
-{
-	*val = mrn_counter_sum((uintptr_t)data);
-	return 0;
-}
-DEFINE_DEBUGFS_ATTRIBUTE(mrn_counter_fops, mrn_counter_get, NULL, "%llu\n");
-
-static int mrn_gauge_get(void *data, u64 *val)
-{
-	*val = atomic_long_read(data);
-	return 0;
-}
-DEFINE_DEBUGFS_ATTRIBUTE(mrn_gauge_fops, mrn_gauge_get, NULL, "%llu\n");
-
-static void mrn_debugfs_init(void)
-{
-	unsigned int c;
-
-	/* Best effort: debugfs may be disabled or locked down. */
-	mrn_debugfs = debugfs_create_dir(KBUILD_MODNAME, NULL);
-	for (c = 0; c < MRN_NR_COUNTERS; c++)
-		debugfs_create_file_unsafe(mrn_counter_names[c], 0400,
-					   mrn_debugfs, (void *)(uintptr_t)c,
-					   &mrn_counter_fops);
-	debugfs_create_file_unsafe("contexts", 0400, mrn_debugfs,
-				   &mrn_nr_contexts, &mrn_gauge_fops);
-	debugfs_create_file_unsafe("registrations", 0400, mrn_debugfs,
-				   &mrn_nr_regs, &mrn_gauge_fops);
-}
-
 /**
  * mrn_poll - readable while a registration is dirty and not yet drained
  * @file: a context's file
@@ -932,54 +872,6 @@ static const struct file_operations mrn_fops = {
 	 */
 };
 
-/*
- * /sys/class/misc/mrnotify/: module-wide usage, one value per file. ABI
- * (docs/kernel-abi.md), unlike debugfs: mrnotify-check and monitoring read
- * these. Root only, as the sums span every user's processes.
- */
-static ssize_t contexts_show(struct device *dev, struct device_attribute *attr, char *buf)
-{
-	return sysfs_emit(buf, "%ld\n", atomic_long_read(&mrn_nr_contexts));
-}
-
-static ssize_t registrations_show(struct device *dev, struct device_attribute *attr,
-				  char *buf)
-{
-	return sysfs_emit(buf, "%ld\n", atomic_long_read(&mrn_nr_regs));
-}
-
-static ssize_t invalidated_show(struct device *dev, struct device_attribute *attr, char *buf)
-{
-	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_INVALIDATED));
-}
-
-static ssize_t drained_show(struct device *dev, struct device_attribute *attr, char *buf)
-{
-	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_DRAINED));
-}
-
-static ssize_t user_limit_hits_show(struct device *dev, struct device_attribute *attr,
-				    char *buf)
-{
-	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_USER_LIMIT));
-}
-
-static DEVICE_ATTR_ADMIN_RO(contexts);
-static DEVICE_ATTR_ADMIN_RO(registrations);
-static DEVICE_ATTR_ADMIN_RO(invalidated);
-static DEVICE_ATTR_ADMIN_RO(drained);
-static DEVICE_ATTR_ADMIN_RO(user_limit_hits);
-
-static struct attribute *mrn_attrs[] = {
-	&dev_attr_contexts.attr,
-	&dev_attr_registrations.attr,
-	&dev_attr_invalidated.attr,
-	&dev_attr_drained.attr,
-	&dev_attr_user_limit_hits.attr,
-	NULL
-};
-ATTRIBUTE_GROUPS(mrn);
-
 static struct miscdevice mrn_misc = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = "mrnotify",
@@ -998,7 +890,6 @@ static int __init mrn_init(void)
 	BUILD_BUG_ON(sizeof(struct mrn_unregister) != MRN_UNREGISTER_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_drain) != MRN_DRAIN_SIZE_VER1);
 	BUILD_BUG_ON(sizeof(struct mrn_query) != MRN_QUERY_SIZE_VER1);
-	BUILD_BUG_ON(ARRAY_SIZE(mrn_counter_names) != MRN_NR_COUNTERS);
 	/* mrn_get_arg() reads every argument's header the same way. */
 #define MRN_CHECK_HEADER(type)							\
 	BUILD_BUG_ON(offsetof(type, size) != offsetof(struct mrn_arg_header, size) || \
@@ -1030,10 +921,10 @@ static int __init mrn_init(void)
 	mrn_reg_cache = KMEM_CACHE(mrn_reg, SLAB_ACCOUNT);
 	if (!mrn_reg_cache)
 		return -ENOMEM;
-	mrn_debugfs_init();
+	mrn_stats_init();
 	ret = misc_register(&mrn_misc);
 	if (ret) {
-		debugfs_remove_recursive(mrn_debugfs);
+		mrn_stats_exit();
 		kmem_cache_destroy(mrn_reg_cache);
 		return ret;
 	}
@@ -1046,7 +937,7 @@ static void __exit mrn_exit(void)
 	misc_deregister(&mrn_misc);
 	/* The last contexts' notifiers may still wait for mrn_mm_free(). */
 	mmu_notifier_synchronize();
-	debugfs_remove_recursive(mrn_debugfs);
+	mrn_stats_exit();
 	kmem_cache_destroy(mrn_reg_cache);
 }
 

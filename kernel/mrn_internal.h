@@ -4,7 +4,8 @@
  * registration caches. What the parts of the module share:
  *  - mrn_dev.c: the device, its contexts and their ioctls;
  *  - mrn_notifier.c: the notifier of each address space and its tree;
- *  - mrn_user.c: what each user holds, per user namespace.
+ *  - mrn_user.c: what each user holds, per user namespace;
+ *  - mrn_stats.c: the module's counters and gauges, in debugfs and sysfs.
  *
  * Each open file of /dev/mrnotify is a context bound to the opener's mm.
  * User space registers byte ranges. When the core mm announces a change
@@ -208,6 +209,14 @@ static inline void mrn_count_add(enum mrn_counter c, u64 n)
 {
 	this_cpu_add(mrn_pcpu_stats.count[c], n);
 }
+
+/* mrn_stats.c */
+struct attribute_group;
+extern atomic_long_t mrn_nr_contexts;	/* open contexts */
+extern atomic_long_t mrn_nr_regs;	/* registrations in every context */
+extern const struct attribute_group *mrn_groups[];
+void mrn_stats_init(void);
+void mrn_stats_exit(void);
 
 /* mrn_user.c */
 struct mrn_user *mrn_user_get(struct user_namespace *ns, kuid_t uid);

@@ -7,6 +7,7 @@
 
 #include <linux/err.h>
 #include <linux/errno.h>
+#include <linux/lockdep.h>
 #include <linux/mm.h>
 #include <linux/poll.h>
 #include <linux/sched.h>
@@ -71,6 +72,7 @@ static void mrn_mark_dirty(struct mrn_reg *reg)
 {
 	struct mrn_ctx *ctx = reg->ctx;
 
+	lockdep_assert_held(&ctx->mn->lock);
 	xa_lock(&ctx->regs);
 	reg->dirty = true;
 	/* Setting a mark never allocates: the entry exists. */
@@ -97,6 +99,7 @@ static u64 mrn_mark_range(struct mrn_mm *m, unsigned long start,
 	struct interval_tree_node *node;
 	u64 n = 0;
 
+	lockdep_assert_held(&m->lock);
 	while ((node = interval_tree_iter_first(&m->clean, start, last))) {
 		interval_tree_remove(node, &m->clean);
 		mrn_mark_dirty(container_of(node, struct mrn_reg, node));
@@ -114,6 +117,7 @@ static void mrn_inflight_begin(struct mrn_mm *m,
 	struct mrn_inflight *free = NULL;
 	unsigned int i;
 
+	lockdep_assert_held(&m->lock);
 	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
 		/*
 		 * Noted once however often it starts: 5.10's change_pmd_range()
@@ -134,11 +138,13 @@ static void mrn_inflight_begin(struct mrn_mm *m,
 	free->end = range->end;
 }
 
+/* The change noted by mrn_inflight_begin() has ended; lock held. */
 static void mrn_inflight_end(struct mrn_mm *m,
 			     const struct mmu_notifier_range *range)
 {
 	unsigned int i;
 
+	lockdep_assert_held(&m->lock);
 	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
 		if (m->inflight[i].key == range) {
 			m->inflight[i].key = NULL;
@@ -165,6 +171,7 @@ static bool mrn_inflight_overlaps(struct mrn_mm *m, unsigned long start,
 	const struct mrn_inflight *r;
 	unsigned int i;
 
+	lockdep_assert_held(&m->lock);
 	if (m->inflight_untracked)
 		return true;
 	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
@@ -286,6 +293,7 @@ void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 	struct mrn_mm *m = ctx->mn;
 	bool raced;
 
+	lockdep_assert_held(&ctx->mutex);
 	spin_lock(&m->lock);
 	raced = mrn_inflight_overlaps(m, reg->node.start, reg->node.last);
 	if (raced)
@@ -299,11 +307,11 @@ void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 
 /*
  * Stop watching @reg: once out of the tree, no notifier can reach it (they
- * find registrations only there, under the lock). ctx->mutex held, or the
- * context is being released.
+ * find registrations only there, under the lock). ctx->mutex held.
  */
 void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
+	lockdep_assert_held(&ctx->mutex);
 	spin_lock(&ctx->mn->lock);
 	if (!reg->dirty)
 		interval_tree_remove(&reg->node, &ctx->mn->clean);

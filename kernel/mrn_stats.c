@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The module's usage figures: per-CPU counters and the two gauges, shown
+ * in debugfs (internals, not ABI) and in the device's sysfs attributes
+ * (ABI, docs/kernel-abi.md).
+ */
+
+#include <linux/atomic.h>
+#include <linux/build_bug.h>
+#include <linux/debugfs.h>
+#include <linux/device.h>
+#include <linux/percpu.h>
+#include <linux/sysfs.h>
+
+#include "mrn_internal.h"
+
+static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
+	[MRN_CNT_UNMAP] = "callbacks_unmap",
+	[MRN_CNT_CLEAR] = "callbacks_clear",
+	[MRN_CNT_PROTECTION_VMA] = "callbacks_protection_vma",
+	[MRN_CNT_PROTECTION_PAGE] = "callbacks_protection_page",
+	[MRN_CNT_SOFT_DIRTY] = "callbacks_soft_dirty",
+	[MRN_CNT_RELEASE] = "callbacks_release",
+	[MRN_CNT_MIGRATE] = "callbacks_migrate",
+	[MRN_CNT_EXCLUSIVE] = "callbacks_exclusive",
+	[MRN_CNT_OTHER] = "callbacks_other",
+	[MRN_CNT_INVALIDATED] = "invalidated",
+	[MRN_CNT_REGISTERED_DIRTY] = "registered_dirty",
+	[MRN_CNT_IGNORED] = "ignored",
+	[MRN_CNT_DRAINED] = "drained",
+	[MRN_CNT_UNREGISTERED_DIRTY] = "unregistered_dirty",
+	[MRN_CNT_USER_LIMIT] = "user_limit_hits",
+};
+
+DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
+atomic_long_t mrn_nr_contexts = ATOMIC_LONG_INIT(0);
+atomic_long_t mrn_nr_regs = ATOMIC_LONG_INIT(0);
+static struct dentry *mrn_debugfs;
+
+static_assert(ARRAY_SIZE(mrn_counter_names) == MRN_NR_COUNTERS);
+
+/*
+ * /sys/kernel/debug/mrnotify/: one value per file, root only. Module-wide
+ * sums over all processes, so a test can see what happened to a context
+ * whose owner has exited. Not ABI.
+ */
+static u64 mrn_counter_sum(enum mrn_counter c)
+{
+	u64 sum = 0;
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		sum += READ_ONCE(per_cpu_ptr(&mrn_pcpu_stats, cpu)->count[c]);
+	return sum;
+}
+
+static int mrn_counter_get(void *data, u64 *val)
+{
+	*val = mrn_counter_sum((uintptr_t)data);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(mrn_counter_fops, mrn_counter_get, NULL, "%llu\n");
+
+static int mrn_gauge_get(void *data, u64 *val)
+{
+	*val = atomic_long_read(data);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(mrn_gauge_fops, mrn_gauge_get, NULL, "%llu\n");
+
+void mrn_stats_init(void)
+{
+	unsigned int c;
+
+	/* Best effort: debugfs may be disabled or locked down. */
+	mrn_debugfs = debugfs_create_dir(KBUILD_MODNAME, NULL);
+	for (c = 0; c < MRN_NR_COUNTERS; c++)
+		debugfs_create_file_unsafe(mrn_counter_names[c], 0400,
+					   mrn_debugfs, (void *)(uintptr_t)c,
+					   &mrn_counter_fops);
+	debugfs_create_file_unsafe("contexts", 0400, mrn_debugfs,
+				   &mrn_nr_contexts, &mrn_gauge_fops);
+	debugfs_create_file_unsafe("registrations", 0400, mrn_debugfs,
+				   &mrn_nr_regs, &mrn_gauge_fops);
+}
+
+void mrn_stats_exit(void)
+{
+	debugfs_remove_recursive(mrn_debugfs);
+}
+
+/*
+ * /sys/class/misc/mrnotify/: module-wide usage, one value per file. ABI
+ * (docs/kernel-abi.md), unlike debugfs: mrnotify-check and monitoring read
+ * these. Root only, as the sums span every user's processes.
+ */
+static ssize_t contexts_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&mrn_nr_contexts));
+}
+
+static ssize_t registrations_show(struct device *dev, struct device_attribute *attr,
+				  char *buf)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&mrn_nr_regs));
+}
+
+static ssize_t invalidated_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_INVALIDATED));
+}
+
+static ssize_t drained_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_DRAINED));
+}
+
+static ssize_t user_limit_hits_show(struct device *dev, struct device_attribute *attr,
+				    char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", mrn_counter_sum(MRN_CNT_USER_LIMIT));
+}
+
+static DEVICE_ATTR_ADMIN_RO(contexts);
+static DEVICE_ATTR_ADMIN_RO(registrations);
+static DEVICE_ATTR_ADMIN_RO(invalidated);
+static DEVICE_ATTR_ADMIN_RO(drained);
+static DEVICE_ATTR_ADMIN_RO(user_limit_hits);
+
+static struct attribute *mrn_attrs[] = {
+	&dev_attr_contexts.attr,
+	&dev_attr_registrations.attr,
+	&dev_attr_invalidated.attr,
+	&dev_attr_drained.attr,
+	&dev_attr_user_limit_hits.attr,
+	NULL
+};
+
+static const struct attribute_group mrn_group = {
+	.attrs = mrn_attrs,
+};
+
+const struct attribute_group *mrn_groups[] = {
+	&mrn_group,
+	NULL
+};
