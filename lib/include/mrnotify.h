@@ -74,7 +74,7 @@ extern "C" {
  * change; the soname (libmrnotify.so.0) and the symbol node (MRNOTIFY_1)
  * change only as docs/libmrnotify.md ("Versions") says.
  */
-#define MRN_API_VERSION 6
+#define MRN_API_VERSION 7
 
 typedef struct mrn_cache mrn_cache_t;
 typedef struct mrn_entry mrn_entry_t;
@@ -312,6 +312,97 @@ typedef void (*mrn_watch_fn)(void *arg, uint64_t cookie, void *addr, size_t len)
  * Returns the number reported, or a negative errno.
  */
 long mrn_watch_drain(mrn_watch_t *watch, mrn_watch_fn fn, void *arg, uint64_t *generation);
+
+/*
+ * The validity service (API 7), for glue that keeps another cache right
+ * (UCX's rcache, libfabric's MR cache): the ranges that cache holds, each
+ * watched once in the kernel however many regions and caches hold it, and
+ * the ranges the kernel reports dead, delivered to that cache. Its rules:
+ * one kernel watch per range at a time, shared and counted; each death
+ * delivered once; after a failed drain every held range is delivered dead;
+ * in a forked child every range held at fork() is delivered dead, handles
+ * from before fork() are refused, and the first drain opens the child's
+ * own kernel context. Thread safe. docs/libmrnotify.md, "The validity
+ * service".
+ */
+typedef struct mrn_watch_set mrn_watch_set_t;
+
+/*
+ * Opens the kernel monitor for a set of at most max_ranges ranges (0: no
+ * bound). 0, -ENODEV when /dev/mrnotify is missing, or another -errno.
+ */
+int mrn_watch_set_open(size_t max_ranges, mrn_watch_set_t **set);
+void mrn_watch_set_close(mrn_watch_set_t *set);
+
+/*
+ * Holds [addr, addr + len): shares the range's live watch or makes one.
+ * 0 with *handle (never 0) and *shared (1: the watch was live already; may
+ * be NULL), or -ENOSPC, -EINVAL, -ENODEV, or the kernel's error.
+ */
+int mrn_watch_set_hold(mrn_watch_set_t *set, void *addr, size_t len, uint64_t *handle,
+		       int *shared);
+
+/*
+ * Lets go of a handle: 0; 1 when it was the range's last holder and its
+ * watch had died undrained (it will not be delivered); -ESTALE for a
+ * handle from before fork() or one already released.
+ */
+int mrn_watch_set_release(mrn_watch_set_t *set, uint64_t handle);
+
+/*
+ * The hit path: the word to read with an acquire load and compare with
+ * what the last mrn_watch_set_deliver() returned in *drained. The pointer
+ * changes across fork() and the child's first deliver: read it again after
+ * each of those.
+ */
+const uint64_t *mrn_watch_set_generation(const mrn_watch_set_t *set);
+
+typedef void (*mrn_death_fn)(void *arg, void *addr, size_t len);
+
+/*
+ * Drains the kernel's dirty list (opening the context of a forked child
+ * first) and calls fn for each range that died
+ * and was not delivered yet; *drained is then the value the generation
+ * word had when everything delivered was found. Returns the number
+ * delivered, or a negative errno when the drain failed (every held range
+ * was then delivered as dead, and *drained is the word's current value).
+ * Deliveries are serialised: when one returns, every death found before
+ * it was delivered. fn may call hold and release, not deliver.
+ */
+long mrn_watch_set_deliver(mrn_watch_set_t *set, mrn_death_fn fn, void *arg, uint64_t *drained);
+
+/*
+ * Watches a scratch page, unmaps it and checks that the kernel reported
+ * it: 0, or a negative errno with *why (a static string).
+ */
+int mrn_watch_set_self_test(mrn_watch_set_t *set, const char **why);
+
+/*
+ * For pthread_atfork() handlers that the caller registers: prepare holds
+ * the set's lock across fork(), parent and child release it; the child's
+ * set has none of the parent's watches (see above). No other call on the
+ * set may be in progress in the thread that forks.
+ */
+void mrn_watch_set_fork_prepare(mrn_watch_set_t *set);
+void mrn_watch_set_fork_parent(mrn_watch_set_t *set);
+void mrn_watch_set_fork_child(mrn_watch_set_t *set);
+
+struct mrn_watch_stats {
+	uint64_t holds;          /* holds that succeeded */
+	uint64_t shared;         /* ... through a watch that was live already */
+	uint64_t hold_failures;  /* holds refused */
+	uint64_t releases;       /* handles released */
+	uint64_t released_dirty; /* last releases of a watch that had died undrained */
+	uint64_t drains;         /* drains of the kernel's dirty list */
+	uint64_t drain_failures;
+	uint64_t deaths;         /* ranges found dead (including failed drains, fork) */
+	uint64_t delivered;      /* deaths delivered */
+	uint64_t ranges;         /* ranges now held or waiting for delivery */
+	uint64_t watched;        /* live kernel watches now */
+};
+
+/* Copies min(size, sizeof(*stats)) bytes of the counts; 0 or -EINVAL. */
+int mrn_watch_set_stats(mrn_watch_set_t *set, struct mrn_watch_stats *stats, size_t size);
 
 #ifdef __cplusplus
 }
