@@ -92,12 +92,6 @@ struct mrn_ucx_globals mrn_ucx = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 };
 const volatile uint64_t mrn_ucx_still;
-/*
- * A value no watch's word takes (they count up from 0): a cache that UCX's
- * lookup hook points here in a forked child, and that notes this value at
- * its refresh, cannot then look current against the child's own word.
- */
-const volatile uint64_t mrn_ucx_forked = UINT64_MAX;
 
 static ucs_config_field_t mrn_ucx_config_table[] = {
 	{"ENABLE", "try",
@@ -179,6 +173,8 @@ static int mrn_ucx_version_ok(void)
 /* Decides, once: from here on UCX relies on us for every unmap, or not. */
 static mrn_ucx_state_t mrn_ucx_decide(void)
 {
+	const volatile uint64_t *gen;
+	mrn_watch_set_t *set = NULL;
 	const char *why = NULL;
 	ucs_status_t status;
 	int rc;
@@ -214,7 +210,7 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 			"at y and turn the hooks off with UCX_MEM_MMAP_HOOK_MODE=none instead)");
 		return mrn_ucx_unusable(UCS_LOG_LEVEL_WARN);
 	}
-	rc = mrn_watch_open(MRN_MONITOR_KERNEL, &mrn_ucx.watch);
+	rc = mrn_watch_set_open(0, &set);
 	if (rc < 0) {
 		const int err = access(MRN_DEVICE_PATH, F_OK) == 0 ? -rc : ENOENT;
 
@@ -224,19 +220,21 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 		else
 			snprintf(mrn_ucx.why, sizeof(mrn_ucx.why), "%s cannot be opened: %s",
 				 MRN_DEVICE_PATH, strerror(err));
-		mrn_ucx.watch = NULL;
 		return mrn_ucx_unusable(UCS_LOG_LEVEL_DIAG);
 	}
-	mrn_ucx_hot_follow(mrn_watch_generation(mrn_ucx.watch),
-			   __atomic_load_n(mrn_watch_generation(mrn_ucx.watch), __ATOMIC_ACQUIRE));
+	gen = mrn_watch_set_generation(set);
+	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx.set = set;
+	mrn_ucx_follow(gen, __atomic_load_n(gen, __ATOMIC_ACQUIRE));
+	pthread_mutex_unlock(&mrn_ucx.lock);
 	rc = mrn_ucx_self_test(&why);
 	if (rc < 0) {
-		mrn_ucx_hot_follow(&mrn_ucx_still, 0);
 		/* Another thread's lookup may be draining it (it moved). */
 		pthread_mutex_lock(&mrn_ucx.lock);
-		mrn_watch_close(mrn_ucx.watch);
-		mrn_ucx.watch = NULL;
+		mrn_ucx_follow(&mrn_ucx_still, 0);
+		mrn_ucx.set = NULL;
 		pthread_mutex_unlock(&mrn_ucx.lock);
+		mrn_watch_set_close(set);
 		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why), "%s failed its self-test: %s (%s)",
 			 MRN_DEVICE_PATH, why, strerror(-rc));
 		return mrn_ucx_unusable(UCS_LOG_LEVEL_WARN);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The generation moved: what the kernel reports dead becomes
+ * The generation moved: what the library's watch set delivers dead becomes
  * ucm_vm_munmap(), which removes the range from every cache (or queues it
  * on a cache that asked for synchronous events, whose next lookup misses
- * and applies the queue). Also the self-test that proves the device
- * reports unmaps before UCX is told to rely on it.
+ * and applies the queue). Also the word the hit paths follow, and the
+ * self-test that proves the device reports unmaps before UCX is told to
+ * rely on it.
  */
 #include "plugin.h"
 
@@ -13,34 +14,22 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-void mrn_ucx_hot_follow(const volatile uint64_t *gen, uint64_t seen)
+void mrn_ucx_follow(const volatile uint64_t *gen, uint64_t seen)
 {
 	__atomic_store_n(&mrn_ucx.hot->seen, seen, __ATOMIC_RELAXED);
 	__atomic_store_n(&mrn_ucx.hot->generation, gen, __ATOMIC_RELEASE);
+	mrn_ucx_hook_follow();
 }
 
 /*
- * Called for each watch the kernel reports dead, with the lock held. The
- * regions' deregistration waits for the lock before it releases the slot,
- * so the slot is still theirs.
+ * Called, with the lock held, for each range the set delivers dead. The
+ * regions over it are gone from UCX's view once this returns; their
+ * deregistration releases their holds later.
  */
-static void mrn_ucx_drained(void *arg, uint64_t cookie, void *addr, size_t len)
+static void mrn_ucx_died(void *arg, void *addr, size_t len)
 {
 	(void)arg;
-	if (cookie == MRN_UCX_SELFTEST_COOKIE) {
-		/* Counted rather than returned: any thread's drain may see it. */
-		mrn_ucx.selftest_seen++;
-		return;
-	}
-	if (cookie < mrn_ucx.nslots && mrn_ucx.slots[cookie].refs != 0 &&
-	    mrn_ucx.slots[cookie].id != 0) {
-		/* The kernel dropped it: no new region may share it. */
-		mrn_ucx_slot_unhash((uint32_t)cookie);
-		mrn_ucx.slots[cookie].id = 0;
-	}
 	ucs_trace("mrnotify: range %p..%p invalidated", addr, (char *)addr + len);
 	/*
 	 * Removes the range from every rcache now (or queues it on a cache
@@ -53,30 +42,30 @@ static void mrn_ucx_drained(void *arg, uint64_t cookie, void *addr, size_t len)
 }
 
 /*
- * Threads that saw the same move queue on the lock; the first drains, and
+ * Threads that saw the same move queue on the lock; the first delivers, and
  * the others find the generation caught up and go on, so that a move costs
- * one ioctl, not one per thread.
+ * one ioctl, not one per thread. In a forked child the set opens its own
+ * context here, and the word changes.
  */
 void __attribute__((noinline)) mrn_ucx_drain(void)
 {
-	uint64_t gen;
+	const volatile uint64_t *gen;
+	uint64_t drained;
 	long n;
 
 	pthread_mutex_lock(&mrn_ucx.lock);
-	if (mrn_ucx.child_reopen)
-		mrn_ucx_child_reopen();
-	if (mrn_ucx.watch != NULL && mrn_ucx_moved()) {
-		n = mrn_watch_drain(mrn_ucx.watch, mrn_ucx_drained, NULL, &gen);
-		if (n < 0) {
-			/* Nothing was taken: all we can do is forget everything. */
-			ucs_error("mrnotify: draining %s failed: %s; invalidating every watched "
-				  "registration",
+	if (mrn_ucx.set != NULL && mrn_ucx_moved()) {
+		n = mrn_watch_set_deliver(mrn_ucx.set, mrn_ucx_died, NULL, &drained);
+		if (n < 0)
+			ucs_error("mrnotify: draining %s failed: %s; every watched registration was "
+				  "invalidated",
 				  MRN_DEVICE_PATH, strerror((int)-n));
-			mrn_ucx_forget_all();
-			gen = __atomic_load_n(mrn_ucx.hot->generation, __ATOMIC_ACQUIRE);
-		}
 		mrn_ucx.stats.drains++;
-		__atomic_store_n(&mrn_ucx.hot->seen, gen, __ATOMIC_RELEASE);
+		gen = mrn_watch_set_generation(mrn_ucx.set);
+		if (gen != __atomic_load_n(&mrn_ucx.hot->generation, __ATOMIC_RELAXED))
+			mrn_ucx_follow(gen, drained);
+		else
+			__atomic_store_n(&mrn_ucx.hot->seen, drained, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&mrn_ucx.lock);
 }
@@ -100,45 +89,12 @@ void mrn_ucx_slow(int kind)
 		mrn_ucx_drain();
 }
 
-/*
- * Watch a scratch page, unmap it, and expect the generation to move and a
- * drain to name it: the device is not just open but reports unmaps.
- */
+/* The set's self-test: the device is not just open but reports unmaps. */
 int mrn_ucx_self_test(const char **why)
 {
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uint64_t id, before, seen_before;
-	char *p;
-	int rc;
-
-	p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		*why = "mmap of a scratch page failed";
-		return -errno;
+	if (mrn_ucx.set == NULL) {
+		*why = "no watch set";
+		return -ENODEV;
 	}
-	p[0] = 1;
-	pthread_mutex_lock(&mrn_ucx.lock);
-	rc = mrn_watch_add(mrn_ucx.watch, p, page, MRN_UCX_SELFTEST_COOKIE, &id);
-	seen_before = mrn_ucx.selftest_seen;
-	pthread_mutex_unlock(&mrn_ucx.lock);
-	if (rc < 0) {
-		munmap(p, page);
-		*why = "watching a scratch page failed";
-		return rc;
-	}
-	before = __atomic_load_n(&mrn_ucx.hot->seen, __ATOMIC_RELAXED);
-	munmap(p, page);
-	if (__atomic_load_n(mrn_ucx.hot->generation, __ATOMIC_ACQUIRE) == before) {
-		*why = "munmap of a watched page did not move the generation";
-		return -EPROTO;
-	}
-	mrn_ucx_drain();
-	pthread_mutex_lock(&mrn_ucx.lock);
-	rc = mrn_ucx.selftest_seen != seen_before;
-	pthread_mutex_unlock(&mrn_ucx.lock);
-	if (!rc) {
-		*why = "munmap of a watched page was not reported by a drain";
-		return -EPROTO;
-	}
-	return 0;
+	return mrn_watch_set_self_test(mrn_ucx.set, why);
 }

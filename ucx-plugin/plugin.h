@@ -8,10 +8,10 @@
  * The files, one purpose each:
  *   activation.c     settings, the decision to become UCX's unmap source,
  *                    ucp_init_version(), attaching to the shim, exit
- *   watch_table.c    the slots: one kernel watch per range, shared by the
- *                    regions of every cache that hold that range
- *   drain.c          the generation moved: the kernel's dead ranges become
- *                    ucm_vm_munmap(); the self-test
+ *   drain.c          the generation moved: the dead ranges the library's
+ *                    validity service (mrn_watch_set_*, which watches each
+ *                    range once for every cache) delivers become
+ *                    ucm_vm_munmap(); the word the hit paths follow
  *   rcache_wrap.c    our callbacks around each cache's, ucs_rcache_create(),
  *                    ucs_rcache_destroy(), ucm_set_event_handler(),
  *                    ucm_test_external_events()
@@ -62,9 +62,6 @@
 #define MRN_UCX_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define MRN_UCX_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* Cookie of the watch the self-test makes; region watches use slot numbers. */
-#define MRN_UCX_SELFTEST_COOKIE UINT64_MAX
-
 typedef struct mrn_ucx_config {
 	int enable; /* UCS_YES, UCS_NO or UCS_TRY */
 	int stats;
@@ -88,25 +85,14 @@ typedef struct mrn_ucx_rcache {
 	struct mrn_ucx_rcache *next;
 } mrn_ucx_rcache_t;
 
-/* Appended to every region of a watched rcache (UCX zeroes it). */
-typedef struct mrn_ucx_region {
-	uint32_t slot;  /* 0: not watched */
-	uint32_t epoch; /* the process generation the slot belongs to */
-} mrn_ucx_region_t;
-
 /*
- * The kernel's cookie for a watch is a slot number, not a region's address:
- * a drain may report a watch at any time, and a slot (ours, never freed)
- * can be written when the regions themselves might be gone. Regions of
- * several caches with the same range share one slot (refs).
+ * Appended to every region of a watched rcache (UCX zeroes it): the
+ * region's hold on its range in the watch set (0: not watched). A hold
+ * from before fork() is refused by the child's set.
  */
-typedef struct mrn_ucx_slot {
-	uint64_t id;     /* kernel watch id; 0 once the kernel dropped it */
-	uintptr_t start; /* the watched range, for invalidating it */
-	size_t len;      /* without the kernel's help (see mrn_ucx_forget_all) */
-	uint32_t refs;   /* regions using it; 0: free */
-	uint32_t next;   /* free list, or the hash chain while live */
-} mrn_ucx_slot_t;
+typedef struct mrn_ucx_region {
+	uint64_t hold;
+} mrn_ucx_region_t;
 
 typedef struct mrn_ucx_stats {
 	uint64_t checks;          /* lookups that compared the generation */
@@ -147,9 +133,8 @@ typedef ucs_status_t (*mrn_ucx_set_handler_fn)(int, int, ucm_event_callback_t, v
  *  - Written by the one activation (pthread_once) before it publishes
  *    state with a release store, read-only after: config, config_filled,
  *    refusal, why. Read state with mrn_ucx_state().
- *  - Guarded by lock (held across fork(): fork.c): watch, child_reopen, epoch, selftest_seen, the slot
- *    table (slots, nslots, slot_cap, free_slot, hash), rcaches, and the
- *    statistics but for the four counted with atomics from paths that do
+ *  - Guarded by lock (held across fork(): fork.c): set (the pointer; the
+ *    set itself is thread safe), rcaches, and the statistics but for the four counted with atomics from paths that do
  *    not take it (checks, entry_checks, watch_failures, hook_refreshes:
  *    mrn_ucx_count).
  *  - *hot (entry_hot.h, the shim's): read without any lock by the hit
@@ -164,20 +149,14 @@ struct mrn_ucx_globals {
 	mrn_ucx_hot_t *hot;
 	mrn_ucx_state_t state;
 	pthread_once_t once;
-	int child_reopen; /* forked: open our own context before the next lookup */
-	uint32_t epoch;   /* moves in each forked child */
 	mrn_ucx_config_t config;
 	int config_filled;
 	int table_added;      /* our table is in UCX's list */
 	unsigned version[3];  /* the running UCX's, from the shim */
 	ucs_status_t refusal; /* REFUSED: what ucp_init returns */
 	char why[200];        /* not ACTIVE: the reason, for messages */
-	mrn_watch_t *watch;
+	mrn_watch_set_t *set;
 	pthread_mutex_t lock;
-	uint64_t selftest_seen; /* drains that reported the self-test's watch */
-	mrn_ucx_slot_t *slots;
-	uint32_t nslots, slot_cap, free_slot;
-	uint32_t *hash; /* live slots by range: slot_cap heads */
 	mrn_ucx_rcache_t *rcaches;
 	mrn_ucx_stats_t stats;
 	mrn_ucx_create_fn real_create;
@@ -191,8 +170,6 @@ extern struct mrn_ucx_globals mrn_ucx;
 
 /* Never moves: the hit paths compare it when the plugin is inactive. */
 extern const volatile uint64_t mrn_ucx_still;
-/* Never equals seen (0): makes a forked child's next lookup reopen. */
-extern const volatile uint64_t mrn_ucx_forked;
 
 static inline mrn_ucx_state_t mrn_ucx_state(void)
 {
@@ -212,10 +189,11 @@ static inline int mrn_ucx_moved(void)
 }
 
 /*
- * Points the hit paths at GEN (a watch's word, or one of the two below)
- * as drained up to SEEN.
+ * With the lock held: points the hit paths and every cache checked by UCX's
+ * lookup hook at GEN (the set's word, or mrn_ucx_still) as drained up to
+ * SEEN. The one way the word changes, so that the two never differ.
  */
-void mrn_ucx_hot_follow(const volatile uint64_t *gen, uint64_t seen);
+void mrn_ucx_follow(const volatile uint64_t *gen, uint64_t seen);
 
 /*
  * What the backend puts in place of UCX's functions (MRN_UCX_WRAPPED),
@@ -236,16 +214,6 @@ int mrn_ucx_fork_init(void);
 /* activation.c */
 void mrn_ucx_activate(void);
 
-/* watch_table.c: all with the lock held. */
-uint32_t mrn_ucx_slot_find(uintptr_t start, size_t len);
-void mrn_ucx_slot_hash(uint32_t s);
-void mrn_ucx_slot_unhash(uint32_t s);
-uint32_t mrn_ucx_slot_alloc(void *start, size_t len);
-void mrn_ucx_slot_free(uint32_t s);
-int mrn_ucx_slot_put(uint32_t s);
-void mrn_ucx_forget_all(void);
-void mrn_ucx_slots_reset(void);
-
 /* drain.c */
 void mrn_ucx_drain(void);
 void mrn_ucx_slow(int kind); /* the hit paths' slow path (MRN_UCX_SLOW_*) */
@@ -261,6 +229,5 @@ void mrn_ucx_hook_follow(void);
 void mrn_ucx_fork_prepare(void);
 void mrn_ucx_fork_parent(void);
 void mrn_ucx_fork_child(void);
-void mrn_ucx_child_reopen(void); /* lock held */
 
 #endif

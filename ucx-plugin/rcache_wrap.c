@@ -14,6 +14,7 @@
 #include <ucs/debug/log_def.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,31 +68,14 @@ static ucs_status_t mrn_ucx_mem_reg(void *context, ucs_rcache_t *rcache, void *a
 	 * which removes it from every cache.
 	 */
 	pthread_mutex_lock(&mrn_ucx.lock);
-	if (mrn_ucx.watch != NULL) {
-		uint32_t slot = mrn_ucx_slot_find((uintptr_t)start, len);
+	tr->hold = 0;
+	if (mrn_ucx.set != NULL) {
+		int shared = 0;
 
-		if (slot != 0) {
-			mrn_ucx.slots[slot].refs++;
-			mrn_ucx.stats.shared++;
-			err = 0;
-		} else {
-			uint64_t id = 0;
-
-			slot = mrn_ucx_slot_alloc(start, len);
-			err = -ENOMEM;
-			if (slot != 0)
-				err = mrn_watch_add(mrn_ucx.watch, start, len, slot, &id);
-			if (err == 0) {
-				mrn_ucx.slots[slot].id = id;
-				mrn_ucx_slot_hash(slot);
-			} else if (slot != 0) {
-				mrn_ucx_slot_free(slot);
-			}
-		}
+		err = mrn_watch_set_hold(mrn_ucx.set, start, len, &tr->hold, &shared);
 		if (err == 0) {
-			tr->slot = slot;
-			tr->epoch = mrn_ucx.epoch;
 			mrn_ucx.stats.watched++;
+			mrn_ucx.stats.shared += shared;
 		}
 	}
 	pthread_mutex_unlock(&mrn_ucx.lock);
@@ -101,11 +85,9 @@ static ucs_status_t mrn_ucx_mem_reg(void *context, ucs_rcache_t *rcache, void *a
 	if (status != UCS_OK) {
 		/* UCX keeps a failed region without deregistering it. */
 		pthread_mutex_lock(&mrn_ucx.lock);
-		if (tr->slot != 0 && tr->epoch == mrn_ucx.epoch) {
-			mrn_ucx_slot_put(tr->slot);
+		if (tr->hold != 0 && mrn_watch_set_release(mrn_ucx.set, tr->hold) >= 0)
 			mrn_ucx.stats.watched--;
-		}
-		tr->slot = 0;
+		tr->hold = 0;
 		pthread_mutex_unlock(&mrn_ucx.lock);
 		return status;
 	}
@@ -130,13 +112,16 @@ static void mrn_ucx_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_re
 	mrn_ucx_region_t *tr = mrn_ucx_trailer(rc, region);
 
 	pthread_mutex_lock(&mrn_ucx.lock);
-	/* A region from before fork() has a slot in the parent's table. */
-	if (tr->slot != 0 && tr->epoch == mrn_ucx.epoch) {
-		if (mrn_ucx_slot_put(tr->slot))
+	/* A region from before fork() holds in the parent's set: refused. */
+	if (tr->hold != 0) {
+		const int rc_release = mrn_watch_set_release(mrn_ucx.set, tr->hold);
+
+		if (rc_release >= 0)
+			mrn_ucx.stats.unwatched++;
+		if (rc_release == 1)
 			mrn_ucx.stats.unwatched_dirty++;
-		mrn_ucx.stats.unwatched++;
 	}
-	tr->slot = 0;
+	tr->hold = 0;
 	pthread_mutex_unlock(&mrn_ucx.lock);
 	rc->ops->mem_dereg(rc->context, rcache, region);
 }
@@ -154,7 +139,7 @@ static void mrn_ucx_dump_region(void *context, ucs_rcache_t *rcache, ucs_rcache_
 		buf[0] = '\0';
 	n = strnlen(buf, max);
 	if (n + 1 < max)
-		snprintf(buf + n, max - n, " mrnotify_slot=%u", tr->slot);
+		snprintf(buf + n, max - n, " mrnotify_hold=0x%" PRIx64, tr->hold);
 }
 
 #if MRN_UCX_OPS_HAVE_MERGE

@@ -186,8 +186,11 @@ private:
 	WatchSetStats stats_{};
 
 	// The words generation() points at when there is no monitor's.
-	const uint64_t still_ = 0;  // no monitor: equals drained_ (0)
-	const uint64_t forked_ = 1; // a child before its reopen: never drained
+	const uint64_t still_ = 0; // no monitor: equals drained_ (0)
+	// A child before its reopen: a value no monitor's word takes (they
+	// count up from 0), so that whoever noted it while following this
+	// word (UCX's lookup hook) cannot look current against the new one.
+	const uint64_t forked_ = UINT64_MAX;
 
 	// Written under mutex_, read without it by the hit paths.
 	std::atomic<const uint64_t *> word_{&still_};
