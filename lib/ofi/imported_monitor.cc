@@ -84,7 +84,7 @@ public:
 	// handler takes it) never copies libfabric's locks held by this thread.
 	Running(std::unique_ptr<Monitor> monitor, fid_mem_monitor *fid, int wake_fd,
 		std::mutex &notify_gate)
-	    : monitor_(std::move(monitor)), ranges_(*monitor_, 0), fid_(fid), wake_fd_(wake_fd),
+	    : ranges_(std::move(monitor), 0), fid_(fid), wake_fd_(wake_fd),
 	      notify_gate_(notify_gate)
 	{
 		ranges_.set_on_death([this] { wake(); });
@@ -112,10 +112,11 @@ public:
 	}
 
 	// In a forked child, which has neither the thread nor the parent's
-	// kernel context: close the fds and never be freed.
+	// kernel context: close the fds and never be freed. The table's lock
+	// was taken by fork_prepare() (the table's own).
 	void abandon_after_fork()
 	{
-		monitor_->abandon_after_fork();
+		ranges_.fork_child();
 		close(wake_fd_);
 	}
 
@@ -138,7 +139,7 @@ private:
 
 	void notify_loop()
 	{
-		pollfd fds[2] = {{monitor_->wait_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+		pollfd fds[2] = {{ranges_.wait_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
 		while (!stopping_.load()) {
 			if (poll(fds, 2, -1) < 0 && errno != EINTR) {
 				log(0, "ofi: poll: %s; the notifier stops (hits still check)",
@@ -170,7 +171,6 @@ private:
 		}
 	}
 
-	std::unique_ptr<Monitor> monitor_;
 	WatchedRanges ranges_;
 	fid_mem_monitor *const fid_;
 	const int wake_fd_;
@@ -291,9 +291,13 @@ void fork_prepare()
 {
 	imported().mutex.lock();
 	imported().notify_gate.lock();
+	if (imported().running)
+		imported().running->ranges().fork_prepare();
 }
 void fork_parent()
 {
+	if (imported().running)
+		imported().running->ranges().fork_parent();
 	imported().notify_gate.unlock();
 	imported().mutex.unlock();
 }

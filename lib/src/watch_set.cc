@@ -40,8 +40,8 @@ private:
 	WatchSet &s_;
 };
 
-WatchSet::WatchSet(Opener opener, size_t max_ranges, int *err, std::string *why)
-    : opener_(std::move(opener)), max_ranges_(max_ranges)
+WatchSet::WatchSet(Opener opener, size_t max_ranges, int *err, std::string *why, Holders holders)
+    : opener_(std::move(opener)), max_ranges_(max_ranges), holders_(holders)
 {
 	std::string reason;
 	monitor_ = opener_(&monitor_err_, &reason);
@@ -139,6 +139,9 @@ int WatchSet::hold(uintptr_t addr, size_t len, Handle *handle, bool *shared)
 					       &r.watch_id);
 		if (rc < 0) {
 			stats_.hold_failures++;
+			// Its release will come: it must not take another's hold.
+			if (holders_ == Holders::ranges && r.refs > 0)
+				r.refs++;
 			maybe_free_locked(slot);
 			return rc;
 		}
@@ -213,10 +216,12 @@ void WatchSet::died_locked(uint64_t cookie)
 	queue_death_locked(r);
 }
 
+// A range whose death is queued already is delivered anyway: queued once,
+// so that drains failing on every hit do not grow the queue.
 void WatchSet::queue_every_held_locked()
 {
 	for (uint32_t s = 1; s < slots_.size(); s++) {
-		if (slots_[s].used && slots_[s].refs > 0)
+		if (slots_[s].used && slots_[s].refs > 0 && slots_[s].deaths == 0)
 			queue_death_locked(slots_[s]);
 	}
 }
@@ -303,7 +308,11 @@ void WatchSet::delivered(const std::vector<WatchedRange> &done)
 		auto it = by_range_.find(key);
 		if (it == by_range_.end() || slots_[it->second].deaths == 0)
 			continue;
-		slots_[it->second].deaths--;
+		Record &r = slots_[it->second];
+		r.deaths--;
+		// Every entry over it is gone, whatever refs says.
+		if (holders_ == Holders::ranges && r.deaths == 0 && !r.watched)
+			r.refs = 0;
 		maybe_free_locked(it->second);
 	}
 }

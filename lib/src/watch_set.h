@@ -78,10 +78,20 @@ public:
 	// nullptr with *err set when it cannot.
 	using Opener = std::function<std::unique_ptr<Monitor>(int *err, std::string *why)>;
 
+	// How holders let go. handles: each successful hold() is released once
+	// (UCX's regions). ranges: the cache names ranges only and releases
+	// by range (libfabric's unsubscribe), which changes two things: a
+	// failed hold of a range others hold counts as a hold (libfabric 2.x
+	// unsubscribes every subscribe, failed or not), and a delivered death
+	// ends every hold on a range not watched again since (libfabric
+	// before 2.0 never unsubscribes).
+	enum class Holders { handles, ranges };
+
 	// max_ranges bounds the records (0: no bound); past it hold() fails
 	// with -ENOSPC. *err (optional) is set to the opener's error, and the
 	// set then has no monitor: hold() fails with it, quiet() is true.
-	WatchSet(Opener opener, size_t max_ranges, int *err = nullptr, std::string *why = nullptr);
+	WatchSet(Opener opener, size_t max_ranges, int *err = nullptr, std::string *why = nullptr,
+		 Holders holders = Holders::handles);
 	~WatchSet();
 	WatchSet(const WatchSet &) = delete;
 	WatchSet &operator=(const WatchSet &) = delete;
@@ -171,6 +181,7 @@ private:
 
 	const Opener opener_;
 	const size_t max_ranges_;
+	const Holders holders_;
 
 	mutable std::mutex mutex_;
 	std::unique_ptr<Monitor> monitor_;

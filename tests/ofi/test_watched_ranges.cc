@@ -22,10 +22,19 @@ constexpr uintptr_t kPage = 4096;
 constexpr uintptr_t kA = 0x10000000; // a buffer that starts inside a page
 constexpr size_t kLen = 3 * kPage;
 
+// The table owns its monitor; the tests keep a pointer to the fake.
+std::unique_ptr<mrn::Monitor> fake(FakeMonitor **out)
+{
+	auto m = std::make_unique<FakeMonitor>();
+	*out = m.get();
+	return m;
+}
+
 class WatchedRangesTest : public ::testing::Test {
 protected:
-	FakeMonitor kernel;
-	WatchedRanges table{kernel, 0};
+	FakeMonitor *kernel_ = nullptr;
+	WatchedRanges table{fake(&kernel_), 0};
+	FakeMonitor &kernel = *kernel_;
 	int woken = 0;
 	void SetUp() override
 	{
@@ -145,7 +154,8 @@ TEST_F(WatchedRangesTest, AFailedSubscribeOfANewRangeLeavesNothing)
 
 TEST_F(WatchedRangesTest, TheTableIsBounded)
 {
-	WatchedRanges small(kernel, 2);
+	FakeMonitor *k;
+	WatchedRanges small(fake(&k), 2);
 	EXPECT_EQ(small.subscribe(kA, kLen), 0);
 	EXPECT_EQ(small.subscribe(kA + kLen, kLen), 0);
 	EXPECT_EQ(small.subscribe(kA + 2 * kLen, kLen), -ENOSPC);
@@ -161,6 +171,11 @@ TEST_F(WatchedRangesTest, AFailedDrainRefusesEveryHit)
 	EXPECT_FALSE(table.valid(kA, kLen));
 	EXPECT_FALSE(table.valid(kA + 16 * kPage, kLen)) << "the drain did not say it lived";
 	kernel.fail_drain = 0;
+	EXPECT_FALSE(table.valid(kA + 16 * kPage, kLen)) << "not before it is notified";
+	// The failed drain reported every subscribed range dead (the
+	// validity service's rule 3), and the next drain kA's own death.
+	const std::vector<Range> dead = notify_all();
+	EXPECT_EQ(dead.size(), 3u);
 	EXPECT_TRUE(table.valid(kA + 16 * kPage, kLen));
 }
 
