@@ -29,7 +29,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hook_ring.h"
 
 #ifndef MRN_RCACHE_NAME
 #define MRN_RCACHE_NAME mrnotify
@@ -128,13 +127,8 @@ typedef struct mca_rcache_mrnotify_shared {
 	bool keep_idle;                             /* leave_pinned as decided at creation */
 	bool hooks;                                 /* fed by Open MPI's memory hooks */
 	bool print_stats;                           /* at destruction */
-	struct mca_rcache_mrnotify_hook_ring *ring; /* when hooks */
-	/* Every address the cache ever registered is in [span_lo, span_hi). */
-	uintptr_t span_lo;
-	uintptr_t span_hi;
 	uint64_t uncached_live; /* atomics */
 	uint64_t uncached_total;
-	uint64_t hook_invalidations;
 } mca_rcache_mrnotify_shared_t;
 
 typedef struct mca_rcache_mrnotify_module {

@@ -3,8 +3,9 @@
  * rcache/mrnotify: the component. Registers the MCA parameters, checks at
  * open that it runs in the Open MPI it was built for and that the job's
  * configuration can reach it, and creates modules (init). The caches and
- * the module functions are in rcache_mrnotify_module.c, the memory hooks'
- * queue in hook_ring.c, the stand-in for grdma in grdma_takeover.c.
+ * the module functions are in rcache_mrnotify_module.c (the memory hooks'
+ * queue is the library's: mrn_report_unmap), the stand-in for grdma in
+ * grdma_takeover.c.
  */
 #define _GNU_SOURCE /* dladdr */
 #include "rcache_mrnotify.h"

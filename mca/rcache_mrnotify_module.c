@@ -7,7 +7,8 @@
  * are created and finalized. Nothing else here takes a lock of its own.
  * The library drops its lock around the transport's register and
  * deregister functions, and the memory hook path (invalidate_range,
- * monitor none only) only queues the range in a lock-free ring. So no
+ * monitor none only) only queues the range in the library's lock-free
+ * queue (mrn_report_unmap), which the library's next call applies. So no
  * thread can hold a lock here that a memory hook, or the transport's
  * deregister, waits for: grdma's eviction-versus-hook deadlock
  * (open-mpi/ompi#7303) has no counterpart.
@@ -111,20 +112,6 @@ static void reg_init(mca_rcache_base_registration_t *reg, size_t sizeof_reg,
 	reg->ref_count = 1;
 }
 
-/* The span only grows: lo by compare-and-swap down, hi up. */
-static void span_extend(mca_rcache_mrnotify_shared_t *s, uintptr_t lo, uintptr_t hi)
-{
-	uintptr_t cur = __atomic_load_n(&s->span_lo, __ATOMIC_RELAXED);
-
-	while (lo < cur && !__atomic_compare_exchange_n(&s->span_lo, &cur, lo, true,
-							__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-		;
-	cur = __atomic_load_n(&s->span_hi, __ATOMIC_RELAXED);
-	while (hi > cur && !__atomic_compare_exchange_n(&s->span_hi, &cur, hi, true,
-							__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-		;
-}
-
 static int mrn_reg_callback(void *context, void *arg, void *addr, size_t len, uint32_t access,
 			    void *payload)
 {
@@ -139,13 +126,6 @@ static int mrn_reg_callback(void *context, void *arg, void *addr, size_t len, ui
 	 */
 	reg_init(reg, s->sizeof_reg, call ? &call->module->super : NULL, addr, len,
 		 call ? call->flags : 0, (int32_t)access);
-	/*
-	 * Widen the span the memory hooks filter by before pinning: an unmap
-	 * that the hooks see after this is queued; one they saw before it
-	 * took the pages before we pin them.
-	 */
-	if (s->ring)
-		span_extend(s, (uintptr_t)addr, (uintptr_t)addr + len);
 	return opal_to_errno(s->register_mem(s->reg_data, addr, len, reg));
 }
 
@@ -160,56 +140,17 @@ static int mrn_dereg_callback(void *context, void *payload)
 
 /* --- invalidations from Open MPI's memory hooks (monitor none) -------------- */
 
-/* Applies what the hooks queued. Called with no lock held. */
-static void hook_ring_drain(mca_rcache_mrnotify_shared_t *s)
-{
-	struct mca_rcache_mrnotify_hook_ring *r = s->ring;
-	uintptr_t start;
-	size_t len;
-
-	if (mca_rcache_mrnotify_hook_ring_idle(r))
-		return;
-	if (mca_rcache_mrnotify_hook_ring_take_lost(r, &start, &len)) {
-		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
-
-		mca_rcache_mrnotify_log(
-			2,
-			"cache %s: memory hook queue overflowed; invalidated [%#lx, %#lx): %ld "
-			"registrations",
-			s->name, (unsigned long)start, (unsigned long)(start + len), n);
-		if (n > 0)
-			__atomic_fetch_add(&s->hook_invalidations, (uint64_t)n, __ATOMIC_RELAXED);
-	}
-	while (mca_rcache_mrnotify_hook_ring_pop(r, &start, &len)) {
-		const long n = mrn_invalidate_range(s->cache, (void *)start, len);
-
-		if (n > 0)
-			__atomic_fetch_add(&s->hook_invalidations, (uint64_t)n, __ATOMIC_RELAXED);
-	}
-}
-
-static inline void sync_hooks(mca_rcache_mrnotify_shared_t *s)
-{
-	if (s->ring)
-		hook_ring_drain(s);
-}
-
 static int mrn_invalidate_range_hook(mca_rcache_base_module_t *rcache, void *addr, size_t size)
 {
 	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
-	const uintptr_t start = (uintptr_t)addr;
-	const uintptr_t end = start + size < start ? UINTPTR_MAX : start + size;
 
 	/*
-	 * Always success: any error makes Open MPI end the process. An entry
-	 * still in use is deregistered when its last user releases it.
-	 * Ranges outside everything the cache registered cannot matter to
-	 * it: most unmaps of a process are such, and they would only fill
-	 * the queue.
+	 * Always success: any error makes Open MPI end the process. Queued
+	 * without a lock (this runs inside free() or munmap()), applied by the
+	 * library's next call; an entry still in use is deregistered when its
+	 * last user releases it.
 	 */
-	if (size && end > __atomic_load_n(&s->span_lo, __ATOMIC_SEQ_CST) &&
-	    start < __atomic_load_n(&s->span_hi, __ATOMIC_SEQ_CST))
-		mca_rcache_mrnotify_hook_ring_push(s->ring, start, size);
+	(void)mrn_report_unmap(s->cache, addr, size);
 	return OPAL_SUCCESS;
 }
 
@@ -229,7 +170,6 @@ static int mod_register(mca_rcache_base_module_t *rcache, void *addr, size_t siz
 	*reg = NULL;
 	if (OPAL_UNLIKELY(size == 0))
 		size = 1; /* a registration covers at least its page */
-	sync_hooks(s);
 	/*
 	 * BYPASS (never looked up or kept), PERSIST (always registered anew,
 	 * never idle in the cache), INVALID (must not be handed out again) and
@@ -284,7 +224,6 @@ static int mod_find(mca_rcache_base_module_t *rcache, void *addr, size_t size,
 	int rc;
 
 	*reg = NULL;
-	sync_hooks(s);
 	rc = mrn_find(s->cache, addr, size ? size : 1, &e);
 	if (rc < 0)
 		return errno_to_opal(rc);
@@ -297,7 +236,6 @@ static bool mod_evict(mca_rcache_base_module_t *rcache)
 {
 	mca_rcache_mrnotify_shared_t *s = ((mca_rcache_mrnotify_module_t *)rcache)->shared;
 
-	sync_hooks(s);
 	return mrn_evict_one(s->cache) > 0;
 }
 
@@ -305,8 +243,6 @@ static void mod_finalize(mca_rcache_base_module_t *rcache)
 {
 	mca_rcache_mrnotify_module_t *m = (mca_rcache_mrnotify_module_t *)rcache;
 
-	if (m->shared->ring)
-		hook_ring_drain(m->shared);
 	shared_release(m->shared);
 	OBJ_DESTRUCT(&m->super.lock);
 	free(m->name);
@@ -469,16 +405,6 @@ static mca_rcache_mrnotify_shared_t *shared_create(const mca_rcache_base_resourc
 	s->deregister_mem = res->deregister_mem;
 	if (config_from_params(s, res, &cfg) < 0 || create_cache(s, &cfg) < 0)
 		goto fail;
-	if (s->hooks) {
-		s->ring = calloc(1, sizeof(*s->ring));
-		if (!s->ring) {
-			mrn_cache_destroy(s->cache);
-			goto fail;
-		}
-		mca_rcache_mrnotify_hook_ring_init(s->ring);
-		s->span_lo = UINTPTR_MAX;
-		s->span_hi = 0;
-	}
 	mca_rcache_mrnotify_log(
 		1, "cache %s: monitor %s, leave_pinned %s (mpi_leave_pinned %d, pipeline %d), %s",
 		s->name, mode_name(s), s->keep_idle ? "on" : "off", opal_leave_pinned,
@@ -508,16 +434,10 @@ static void print_stats(mca_rcache_mrnotify_shared_t *s)
 #undef MRN_FORMAT_FIELD
 	opal_output(
 		0,
-		"%s %s: stats cache=%s monitor=%s leave_pinned=%d%s bypassed=%llu "
-		"hook_ranges=%llu hook_overflows=%llu",
+		"%s %s: stats cache=%s monitor=%s leave_pinned=%d%s bypassed=%llu",
 		OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), MRN_LOG_PREFIX, s->name, mode_name(s),
 		(int)s->keep_idle, fields,
-		(unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED),
-		(unsigned long long)(s->ring ? __atomic_load_n(&s->ring->queued, __ATOMIC_RELAXED)
-					     : 0),
-		(unsigned long long)(s->ring ? __atomic_load_n(&s->ring->overflows,
-							       __ATOMIC_RELAXED)
-					     : 0));
+		(unsigned long long)__atomic_load_n(&s->uncached_total, __ATOMIC_RELAXED));
 }
 
 static void shared_release(mca_rcache_mrnotify_shared_t *s)
@@ -549,7 +469,6 @@ static void shared_release(mca_rcache_mrnotify_shared_t *s)
 	mca_rcache_mrnotify_log(2, "cache %s destroyed", s->name);
 	/* Deregisters every entry left, through the callbacks (still valid). */
 	mrn_cache_destroy(s->cache);
-	free(s->ring);
 	free(s->name);
 	free(s);
 }

@@ -236,6 +236,9 @@ struct mrn_stats {
 	/* Added later: callers built without them pass a smaller size (see below). */
 	uint64_t uffd_ranges;        /* now: userfaultfd registrations that may split a mapping */
 	uint64_t uffd_out_of_budget; /* registrations uncached: uffd_ranges at its bound */
+	/* API 7: monitors none and external (mrn_report_unmap). */
+	uint64_t hook_reports;   /* unmaps reported and queued */
+	uint64_t hook_overflows; /* ... that found the queue full: merged (2 MiB granules) */
 };
 
 /*
@@ -250,7 +253,7 @@ struct mrn_stats {
 	X(misses) X(access_upgrades) X(evictions) X(invalidations) X(drains) X(retries)            \
 		X(register_failures) X(pinned_bytes) X(entries) X(idle_entries) X(in_use_detached) \
 			X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)            \
-				X(uffd_ranges) X(uffd_out_of_budget)
+				X(uffd_ranges) X(uffd_out_of_budget) X(hook_reports) X(hook_overflows)
 
 /*
  * Fills *stats. size is sizeof(struct mrn_stats) as the caller was built;
@@ -258,6 +261,20 @@ struct mrn_stats {
  * 0 or -EINVAL.
  */
 int mrn_cache_stats(mrn_cache_t *cache, struct mrn_stats *stats, size_t size);
+
+/*
+ * From memory hooks (monitors none and external, API 7): an unmap of
+ * [addr, addr + len), queued without a lock or an allocation, so that it
+ * may be called inside free(), munmap() or a signal handler, from any
+ * thread; the cache's next call applies it before it looks anything up (a
+ * registration over the range is not handed out again). Ranges outside
+ * everything the cache registered are dropped. A full queue (1024 ranges)
+ * merges ranges into one span of 2 MiB granules, whose registrations are
+ * all invalidated. 1 queued, 0 dropped, -EOPNOTSUPP when the cache's
+ * monitor hears unmaps itself (kernel, uffd), -EINVAL. Not during
+ * mrn_cache_destroy().
+ */
+int mrn_report_unmap(mrn_cache_t *cache, void *addr, size_t len);
 
 /* Writes the statistics as text, one line, to stderr. */
 void mrn_cache_print_stats(mrn_cache_t *cache);

@@ -316,6 +316,13 @@ void Cache::check_fork(Writer &w)
 
 // --- invalidation ------------------------------------------------------------------------
 
+int Cache::report_unmap(void *addr, size_t len)
+{
+	if (monitor_kind_ != MRN_MONITOR_NONE && monitor_kind_ != MRN_MONITOR_EXTERNAL)
+		return -EOPNOTSUPP;
+	return monitor_->report_unmap(reinterpret_cast<uintptr_t>(addr), len) ? 1 : 0;
+}
+
 int Cache::sync(Writer &w)
 {
 	check_fork(w);

@@ -117,6 +117,10 @@ public:
 	int get_uncached(void *addr, size_t len, uint32_t access, bool exact, void *arg,
 			 Entry **out);
 	long invalidate(void *addr, size_t len);
+	// From the caller's memory hooks: async-signal-safe (monitor.h). 1
+	// queued, 0 not (outside what was registered), -EOPNOTSUPP when the
+	// monitor hears unmaps itself.
+	int report_unmap(void *addr, size_t len);
 	bool evict_one();
 	long flush();
 	void stats(mrn_stats *out);

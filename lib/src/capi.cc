@@ -190,6 +190,14 @@ extern "C" long mrn_invalidate_range(mrn_cache_t *cache, void *addr, size_t len)
 	return guarded([&] { return impl(cache)->invalidate(addr, len); }, long(-ENOMEM));
 }
 
+// Async-signal-safe: no guard (nothing here throws or allocates).
+extern "C" int mrn_report_unmap(mrn_cache_t *cache, void *addr, size_t len)
+{
+	if (!cache)
+		return -EINVAL;
+	return impl(cache)->report_unmap(addr, len);
+}
+
 extern "C" int mrn_evict_one(mrn_cache_t *cache)
 {
 	if (!cache)

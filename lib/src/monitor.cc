@@ -53,11 +53,11 @@ int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string 
 		*out = make_uffd_monitor(&err, why);
 		return *out ? 0 : err;
 	case MRN_MONITOR_NONE:
-		*out = make_null_monitor(want);
+		*out = make_external_monitor(want);
 		*why = "no monitor: idle registrations are not kept";
 		return 0;
 	case MRN_MONITOR_EXTERNAL:
-		*out = make_null_monitor(want);
+		*out = make_external_monitor(want);
 		*why = "external: idle registrations are kept, the caller reports unmaps";
 		return 0;
 	case MRN_MONITOR_AUTO:
@@ -74,7 +74,7 @@ int open_monitor(mrn_monitor_t want, std::unique_ptr<Monitor> *out, std::string 
 			       "), kernel unavailable: " + kernel_why;
 			return 0;
 		}
-		*out = make_null_monitor(external ? MRN_MONITOR_EXTERNAL : MRN_MONITOR_NONE);
+		*out = make_external_monitor(external ? MRN_MONITOR_EXTERNAL : MRN_MONITOR_NONE);
 		*why = name +
 		       (external ? ": external (idle registrations are kept, the caller reports "
 				   "unmaps)"

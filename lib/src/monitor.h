@@ -87,6 +87,14 @@ public:
 	// In a forked child: forget the parent's resources without touching
 	// them (no syscalls on the parent's state, no thread joins).
 	virtual void abandon_after_fork() = 0;
+
+	// An unmap reported by the caller's memory hooks: async-signal-safe.
+	// False when this monitor takes no reports (it hears unmaps itself)
+	// or the range cannot matter to the cache.
+	virtual bool report_unmap(uintptr_t start, size_t len)
+	{
+		return (void)start, (void)len, false;
+	}
 };
 
 // Opens the monitor the configuration asks for. For MRN_MONITOR_AUTO it tries
@@ -111,6 +119,9 @@ std::unique_ptr<Monitor> make_uffd_monitor(int *err, std::string *why);
 std::unique_ptr<Monitor> make_uffd_monitor(const UffdOptions &options, int *err,
 					   std::string *why);
 std::unique_ptr<Monitor> make_null_monitor(mrn_monitor_t kind);
+// `none` and `external`: reports from the caller's hooks, queued
+// (hook_queue.h) and drained through the generation check.
+std::unique_ptr<Monitor> make_external_monitor(mrn_monitor_t kind);
 
 } // namespace mrn
 
