@@ -174,7 +174,7 @@ host_lane() {
 }
 
 # Every log's TAP counts (tests/harness/test-summary.sh), then one row a lane (what it ran, its exit status and
-# time), kept in lanes.tsv for docs/testing.md (tests/harness/lanes-doc.sh); the
+# time), kept in lanes.tsv for tests/lanes/README.md (tests/harness/lanes-doc.sh); the
 # last line is the total.
 summary() {
 	say "summary"

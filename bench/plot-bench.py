@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Draws docs/performance.md's plots from recorded benchmark output.
+"""Draws the plots of bench/records/README.md from recorded benchmark output.
 
 Usage: plot-bench.py RECORD... OUTDIR
 

@@ -4,7 +4,7 @@
 # record-bench.sh BUILDDIR OUT: runs the host benchmarks (cache_bench,
 # capi_bench, fork_bench) from BUILDDIR/bench and writes their output to
 # OUT, after a header naming the date, the machine, the commit and each
-# command, so that every figure in docs/performance.md can be traced to the
+# command, so that every figure in docs/performance.md and bench/records/ can be traced to the
 # run that produced it (bench/plot-bench.py draws the plots from OUT).
 # Run it on a quiet machine: nothing else running, no guests.
 set -u -o pipefail

@@ -245,16 +245,13 @@ private:
 	// as slots, ran into each other, and a hit read 9 slots
 	// (AdjacentChunkSizedBuffersAreFoundAtTheirHomes).
 	// The block's size trades the walk against misses: a walk leaves a
-	// block for a random place in the table every 32 chunks (every 16 of
-	// cache_bench's one-page buffers on every other page; its 1e6
-	// sequential row: 29-36 ns with 16 chunks,
-	// 25-31 with 32, 18-25 with 64), while adjacent buffers fill a block's
-	// slots and merge its run with its neighbours', so that inserts move
-	// longer runs and keys sit farther from their homes (capi_bench's
-	// mpi-like pattern, instructions a request: 1,260, 1,260 and
-	// 1,440). Before Robin Hood order, 1024-slot blocks made a miss among
-	// 30,000 small adjacent buffers probe thousands of slots (mpi-like:
-	// 3.3 us per request against ucs_rcache's 0.08 us).
+	// block for a random place in the table every 32 chunks, so larger
+	// blocks make sequential hits over many buffers cheaper, while
+	// adjacent buffers fill a block's slots and merge its run with its
+	// neighbours', so that inserts move longer runs and keys sit farther
+	// from their homes. Large blocks without Robin Hood order made a miss
+	// among many small adjacent buffers probe thousands of slots. (The
+	// measurements of 16, 32 and 64 chunks: bench/records/HISTORY.md.)
 	static constexpr unsigned kBlockChunkBits = 5;
 	MRN_HOT_INLINE size_t home(uint64_t key, bool second) const
 	{

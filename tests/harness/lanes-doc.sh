@@ -1,9 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Writes the lane table of the last `./quickstart.sh test` (BUILD/lanes.tsv)
-# into docs/testing.md, and its total time and counts into the README's
-# quick start, between their "lanes:" markers, naming the commit and the
-# date. Run it after a whole run on a quiet machine with the caches warm.
+# into tests/lanes/README.md, between its "lanes:" markers, naming the commit and
+# the date (the README carries no generated timing). Run it after a whole
+# run on a quiet machine.
 # Usage: tests/harness/lanes-doc.sh [BUILD [CONDITIONS]]
 #   BUILD defaults to _build; CONDITIONS (free text: which caches were
 #   cold, what else ran) is printed under the table.
@@ -43,13 +43,6 @@ awk -F '\t' -v commit="$commit" -v day="$day" -v conditions="$conditions" '
 		}
 		printf "| **total** | | %d | %d | %d | %d (%.0f min) |\n", p, f, s, t, t / 60
 		if (conditions != "") printf "\n%s\n", conditions
-	}' "$tsv" | replace_between "$top/docs/testing.md"
+	}' "$tsv" | replace_between "$top/tests/lanes/README.md"
 
-awk -F '\t' -v commit="$commit" -v day="$day" '
-	NR == 1 { next }
-	{ p += $3; f += $4; s += $5; t += $6 }
-	END {
-		printf "`test` took %.0f minutes at commit %s (%s): %d passed, %d failed, %d skipped;\n", t / 60, commit, day, p, f, s
-		print "each lane'"'"'s time is in [docs/testing.md](docs/testing.md#times)."
-	}' "$tsv" | replace_between "$top/README.md"
-echo "lanes-doc.sh: docs/testing.md and README.md updated from $tsv"
+echo "lanes-doc.sh: tests/lanes/README.md updated from $tsv"

@@ -119,7 +119,7 @@ node1_cmds+=("$peer_script stop $node2")
 run_pair "$@"
 # Debian 13's rdma_rxe (6.12.117, --smp 1 under TCG) has crashed a node's
 # kernel in some runs, with stock Open MPI's registrations and with ours
-# (docs/openmpi.md, "Two nodes"): the pair runs once more, and a crash in
+# (tests/mca/README.md, "Two nodes"): the pair runs once more, and a crash in
 # the second run fails the lane as any other failure does. So does a node 2
 # that stopped answering altogether (seen once in four runs of Debian 12's
 # pair on 2026-12-07: a job hung, node 1's ssh to node 2 then timed out,

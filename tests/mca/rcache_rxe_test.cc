@@ -4,7 +4,7 @@
 // rcache API with a register function that calls ibv_reg_mr and data moved
 // by RDMA WRITE through the registration the cache hands out, next to the
 // stock grdma. (Open MPI 4.1's transports that take an rcache cannot run
-// over rxe with Debian's build: see docs/openmpi.md, "A pinning transport".)
+// over rxe with Debian's build: see tests/mca/README.md, "A pinning transport".)
 //
 // For each cache: register a buffer and RDMA-WRITE into it; release it
 // (idle, leave pinned); replace its pages behind Open MPI's hooks
