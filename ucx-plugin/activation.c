@@ -223,17 +223,17 @@ static mrn_ucx_state_t mrn_ucx_decide(void)
 		return mrn_ucx_unusable(UCS_LOG_LEVEL_DIAG);
 	}
 	gen = mrn_watch_set_generation(set);
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	mrn_ucx.set = set;
 	mrn_ucx_follow(gen, __atomic_load_n(gen, __ATOMIC_ACQUIRE));
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 	rc = mrn_ucx_self_test(&why);
 	if (rc < 0) {
 		/* Another thread's lookup may be draining it (it moved). */
-		pthread_mutex_lock(&mrn_ucx.lock);
+		mrn_ucx_lock();
 		mrn_ucx_follow(&mrn_ucx_still, 0);
 		mrn_ucx.set = NULL;
-		pthread_mutex_unlock(&mrn_ucx.lock);
+		mrn_ucx_unlock();
 		mrn_watch_set_close(set);
 		snprintf(mrn_ucx.why, sizeof(mrn_ucx.why), "%s failed its self-test: %s (%s)",
 			 MRN_DEVICE_PATH, why, strerror(-rc));

@@ -17,6 +17,7 @@
 
 void mrn_ucx_follow(const volatile uint64_t *gen, uint64_t seen)
 {
+	MRN_UCX_ASSERT_LOCKED();
 	__atomic_store_n(&mrn_ucx.hot->seen, seen, __ATOMIC_RELAXED);
 	__atomic_store_n(&mrn_ucx.hot->generation, gen, __ATOMIC_RELEASE);
 	mrn_ucx_hook_follow();
@@ -30,6 +31,7 @@ void mrn_ucx_follow(const volatile uint64_t *gen, uint64_t seen)
 static void mrn_ucx_died(void *arg, void *addr, size_t len)
 {
 	(void)arg;
+	MRN_UCX_ASSERT_LOCKED();
 	ucs_trace("mrnotify: range %p..%p invalidated", addr, (char *)addr + len);
 	/*
 	 * Removes the range from every rcache now (or queues it on a cache
@@ -53,7 +55,7 @@ void __attribute__((noinline)) mrn_ucx_drain(void)
 	uint64_t drained;
 	long n;
 
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	if (mrn_ucx.set != NULL && mrn_ucx_moved()) {
 		n = mrn_watch_set_deliver(mrn_ucx.set, mrn_ucx_died, NULL, &drained);
 		if (n < 0)
@@ -67,7 +69,7 @@ void __attribute__((noinline)) mrn_ucx_drain(void)
 		else
 			__atomic_store_n(&mrn_ucx.hot->seen, drained, __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 }
 
 /*

@@ -21,7 +21,7 @@
 
 void mrn_ucx_fork_prepare(void)
 {
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	if (mrn_ucx.set != NULL)
 		mrn_watch_set_fork_prepare(mrn_ucx.set);
 }
@@ -30,7 +30,7 @@ void mrn_ucx_fork_parent(void)
 {
 	if (mrn_ucx.set != NULL)
 		mrn_watch_set_fork_parent(mrn_ucx.set);
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 }
 
 /*
@@ -47,5 +47,5 @@ void mrn_ucx_fork_child(void)
 		/* Before any lookup: the parent's word is not mapped here. */
 		mrn_ucx_follow(mrn_watch_set_generation(mrn_ucx.set), 0);
 	}
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 }

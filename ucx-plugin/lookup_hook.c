@@ -43,6 +43,7 @@ static void mrn_ucx_hook_refresh(void *arg, ucs_rcache_t *rcache)
 /* With the lock held: RC's cache follows the word the hit paths follow. */
 void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc)
 {
+	MRN_UCX_ASSERT_LOCKED();
 	if (mrn_ucx_set_validity == NULL || !mrn_ucx.config.lookup_hook)
 		return;
 	mrn_ucx_set_validity(rc->rcache, mrn_ucx.hot->generation, mrn_ucx_hook_refresh, NULL);
@@ -60,6 +61,8 @@ void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc)
 void mrn_ucx_hook_follow(void)
 {
 	mrn_ucx_rcache_t *rc;
+
+	MRN_UCX_ASSERT_LOCKED();
 
 	for (rc = mrn_ucx.rcaches; rc != NULL; rc = rc->next)
 		if (rc->hooked)

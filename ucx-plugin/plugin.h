@@ -34,6 +34,10 @@
 #define _GNU_SOURCE
 #endif
 
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* MRN_DEBUG */
+#endif
+
 #include <mrnotify.h>
 
 #include <ucm/api/ucm.h>
@@ -43,6 +47,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "entry_list.h"
 #include "shim.h"
@@ -157,6 +163,7 @@ struct mrn_ucx_globals {
 	char why[200];        /* not ACTIVE: the reason, for messages */
 	mrn_watch_set_t *set;
 	pthread_mutex_t lock;
+	uintptr_t lock_owner; /* pthread_self() of the holder, 0: none (mrn_ucx_lock) */
 	mrn_ucx_rcache_t *rcaches;
 	mrn_ucx_stats_t stats;
 	mrn_ucx_create_fn real_create;
@@ -170,6 +177,42 @@ extern struct mrn_ucx_globals mrn_ucx;
 
 /* Never moves: the hit paths compare it when the plugin is inactive. */
 extern const volatile uint64_t mrn_ucx_still;
+
+/*
+ * The lock, with its holder noted, so that a function that runs with it held
+ * says so in code (MRN_UCX_ASSERT_LOCKED, checked in --enable-debug builds).
+ * A plain mutex, not an error-checking one (fork.c says why); the holder is
+ * pthread_self(), which a forked child's thread keeps, so the child's
+ * unlock of what prepare locked passes the check.
+ */
+static inline void mrn_ucx_lock(void)
+{
+	pthread_mutex_lock(&mrn_ucx.lock);
+	__atomic_store_n(&mrn_ucx.lock_owner, (uintptr_t)pthread_self(), __ATOMIC_RELAXED);
+}
+
+static inline void mrn_ucx_unlock(void)
+{
+	__atomic_store_n(&mrn_ucx.lock_owner, 0, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&mrn_ucx.lock);
+}
+
+static inline int mrn_ucx_locked_here(void)
+{
+	return __atomic_load_n(&mrn_ucx.lock_owner, __ATOMIC_RELAXED) == (uintptr_t)pthread_self();
+}
+
+#ifdef MRN_DEBUG
+#define MRN_UCX_ASSERT_LOCKED()                                                                    \
+	do {                                                                                       \
+		if (!mrn_ucx_locked_here()) {                                                      \
+			fprintf(stderr, "libmrnotify-ucx: %s: called without the lock\n", __func__); \
+			abort();                                                                   \
+		}                                                                                  \
+	} while (0)
+#else
+#define MRN_UCX_ASSERT_LOCKED() ((void)0)
+#endif
 
 static inline mrn_ucx_state_t mrn_ucx_state(void)
 {

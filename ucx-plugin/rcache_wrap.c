@@ -67,7 +67,7 @@ static ucs_status_t mrn_ucx_mem_reg(void *context, ucs_rcache_t *rcache, void *a
 	 * the same range) shares that watch: the kernel reports the range,
 	 * which removes it from every cache.
 	 */
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	tr->hold = 0;
 	if (mrn_ucx.set != NULL) {
 		int shared = 0;
@@ -78,17 +78,17 @@ static ucs_status_t mrn_ucx_mem_reg(void *context, ucs_rcache_t *rcache, void *a
 			mrn_ucx.stats.shared += shared;
 		}
 	}
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 
 	status = rc->ops->mem_reg(rc->context, rcache, arg, region, flags);
 
 	if (status != UCS_OK) {
 		/* UCX keeps a failed region without deregistering it. */
-		pthread_mutex_lock(&mrn_ucx.lock);
+		mrn_ucx_lock();
 		if (tr->hold != 0 && mrn_watch_set_release(mrn_ucx.set, tr->hold) >= 0)
 			mrn_ucx.stats.watched--;
 		tr->hold = 0;
-		pthread_mutex_unlock(&mrn_ucx.lock);
+		mrn_ucx_unlock();
 		return status;
 	}
 
@@ -111,7 +111,7 @@ static void mrn_ucx_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_re
 	mrn_ucx_rcache_t *rc = context;
 	mrn_ucx_region_t *tr = mrn_ucx_trailer(rc, region);
 
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	/* A region from before fork() holds in the parent's set: refused. */
 	if (tr->hold != 0) {
 		const int rc_release = mrn_watch_set_release(mrn_ucx.set, tr->hold);
@@ -122,7 +122,7 @@ static void mrn_ucx_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_re
 			mrn_ucx.stats.unwatched_dirty++;
 	}
 	tr->hold = 0;
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 	rc->ops->mem_dereg(rc->context, rcache, region);
 }
 
@@ -196,12 +196,12 @@ ucs_status_t mrn_ucx_rcache_create(const ucs_rcache_params_t *params, const char
 		return status;
 	}
 	rc->rcache = *rcache_p;
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	rc->next = mrn_ucx.rcaches;
 	mrn_ucx.rcaches = rc;
 	mrn_ucx.stats.rcaches++;
 	mrn_ucx_hook_attach(rc);
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 	ucs_debug("mrnotify: rcache %s (%p): regions watched by %s", rc->name, (void *)rc->rcache,
 		  MRN_DEVICE_PATH);
 	return UCS_OK;
@@ -216,7 +216,7 @@ void mrn_ucx_rcache_destroy(ucs_rcache_t *rcache)
 	 * child's reopen walks the list and points each cache at a new word
 	 * (lookup_hook.c).
 	 */
-	pthread_mutex_lock(&mrn_ucx.lock);
+	mrn_ucx_lock();
 	for (pp = &mrn_ucx.rcaches; *pp != NULL; pp = &(*pp)->next) {
 		if ((*pp)->rcache == rcache) {
 			rc = *pp;
@@ -224,7 +224,7 @@ void mrn_ucx_rcache_destroy(ucs_rcache_t *rcache)
 			break;
 		}
 	}
-	pthread_mutex_unlock(&mrn_ucx.lock);
+	mrn_ucx_unlock();
 	/* UCX deregisters the remaining regions through our callbacks (rc). */
 	mrn_ucx.real_destroy(rcache);
 	free(rc);
