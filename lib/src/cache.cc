@@ -235,6 +235,15 @@ int Cache::open_monitor(Writer &)
 Cache::~Cache()
 {
 	unregister_for_fork(this);
+	tear_down();
+	// The end state: nothing indexed, nothing pinned, no advice left.
+	MRN_ASSERT(index_.size() == 0);
+	MRN_ASSERT(pinned_bytes_ == 0);
+	MRN_ASSERT(advised_ == 0);
+}
+
+void Cache::tear_down()
+{
 	Writer w(*this);
 	check_fork(w);
 	if (print_stats_)
@@ -252,7 +261,7 @@ Cache::~Cache()
 			if (x->refs.load(std::memory_order_relaxed) > Entry::kIndexRef)
 				busy++;
 			index_.erase(x);
-			x->state.store(Entry::kDetached, std::memory_order_relaxed);
+			x->move_to(Entry::kDetached);
 			x->refs.store(0, std::memory_order_relaxed);
 			w.doomed.push(x);
 		}
@@ -368,7 +377,7 @@ void Cache::detach(Excluded &ex, EntryStack &victims)
 		// From here on its count is refs alone (see RefDeltas).
 		deltas_.fold(x);
 		index_.erase(x);
-		x->state.store(Entry::kDetached, std::memory_order_relaxed);
+		x->move_to(Entry::kDetached);
 		if (x->refs.fetch_sub(Entry::kIndexRef, std::memory_order_acq_rel) ==
 		    Entry::kIndexRef)
 			ex.writer().doomed.push(x);
@@ -383,7 +392,7 @@ void Cache::drop_idle(Excluded &ex, Entry *x)
 	MRN_ASSERT(is_idle(x));
 	deltas_.fold(x);
 	index_.erase(x);
-	x->state.store(Entry::kDetached, std::memory_order_relaxed);
+	x->move_to(Entry::kDetached);
 	x->refs.store(0, std::memory_order_relaxed);
 	ex.writer().doomed.push(x);
 }
@@ -722,7 +731,7 @@ int Cache::commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try
 	} else if (p->invalid.load(std::memory_order_relaxed)) {
 		st_.retries++;
 		unindexed_.erase(p);
-		p->state.store(Entry::kDetached, std::memory_order_relaxed);
+		p->move_to(Entry::kDetached);
 		p->refs.store(0, std::memory_order_relaxed);
 		w.doomed.push(p);
 		return kRaced;
@@ -732,7 +741,7 @@ int Cache::commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try
 	if (p->has(Entry::kUncached)) {
 		// Never indexed: the caller's reference is the only one, and the
 		// entry dies at its put.
-		p->state.store(Entry::kDetached, std::memory_order_relaxed);
+		p->move_to(Entry::kDetached);
 		st_.uncached++;
 		return 0;
 	}
@@ -765,6 +774,9 @@ void Cache::abandon_entry(Writer &w, Entry *p)
 	if (p->has(Entry::kWatched))
 		monitor_->unwatch(p->watch_id);
 	undo_fork_advice(w, p);
+	// Its advice was counted against the budget: give it back.
+	if (p->has(Entry::kAdvised))
+		advised_--;
 	pool_.release(p);
 }
 
@@ -781,7 +793,7 @@ void Cache::insert(Writer &w, Entry *p)
 	unindexed_.erase(p);
 	// One reference for the index, one for the caller.
 	p->refs.store(Entry::kIndexRef + 1, std::memory_order_relaxed);
-	p->state.store(Entry::kIndexed, std::memory_order_relaxed);
+	p->move_to(Entry::kIndexed);
 	p->last_use.store(lru_stamp(), std::memory_order_relaxed);
 	advance_lru_tick(w);
 	// Hits may run meanwhile: the index publishes the slot last.

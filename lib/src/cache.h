@@ -213,6 +213,9 @@ private:
 	int commit_entry(Writer &w, Entry *p, const MissPlan *plan, bool last_try);
 	void abandon_entry(Writer &w, Entry *p);
 
+	// The destructor's work: everything deregistered, in a writer section
+	// of its own.
+	void tear_down();
 	// Everything below runs in a writer section.
 	int open_monitor(Writer &w);
 	void check_fork(Writer &w);

@@ -68,6 +68,19 @@ struct alignas(8) Entry {
 	Entry *next;
 
 	size_t length() const { return end - start; }
+
+	// The one way the state moves after the entry is made pending:
+	// Pending -> Indexed -> Detached, or Pending -> Detached (checked in
+	// --enable-debug builds). Under the writer mutex.
+	void move_to(State to)
+	{
+		MRN_ASSERT(can_move(static_cast<State>(state.load(std::memory_order_relaxed)), to));
+		state.store(to, std::memory_order_relaxed);
+	}
+	static constexpr bool can_move(State from, State to)
+	{
+		return (from == kPending && to != kPending) || (from == kIndexed && to == kDetached);
+	}
 	bool covers(uintptr_t s, uintptr_t e) const { return start <= s && e <= end; }
 	bool overlaps(uintptr_t s, uintptr_t e) const { return start < e && s < end; }
 	bool has(Flags f) const { return (flags & f) != 0; }

@@ -387,8 +387,10 @@ void WatchSet::fork_child(bool reopen)
 	// Every range held at fork() was the parent's watch: dead here.
 	queue_every_held_locked();
 	if (monitor_) {
+		// Let go of, not destroyed (as the cache's check_fork does):
+		// its destructor would act on the parent's state.
 		monitor_->abandon_after_fork();
-		monitor_.reset();
+		(void)monitor_.release();
 	}
 	monitor_err_ = -ENODEV;
 	for (uint32_t s = 1; s < slots_.size(); s++)

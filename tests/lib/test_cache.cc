@@ -648,5 +648,24 @@ TEST_F(CacheTest, ForkedChildStartsEmptyAndNeverDeregistersParentEntries)
 	cache->put(held);
 }
 
+// An entry's states move one way: Pending -> Indexed -> Detached, or
+// Pending -> Detached (Entry::move_to asserts it in --enable-debug builds,
+// as the sanitizer lanes build).
+TEST(EntryState, MovesOneWayOnly)
+{
+	EXPECT_TRUE(Entry::can_move(Entry::kPending, Entry::kIndexed));
+	EXPECT_TRUE(Entry::can_move(Entry::kPending, Entry::kDetached));
+	EXPECT_TRUE(Entry::can_move(Entry::kIndexed, Entry::kDetached));
+	EXPECT_FALSE(Entry::can_move(Entry::kDetached, Entry::kIndexed)) << "a freed entry is never found again";
+	EXPECT_FALSE(Entry::can_move(Entry::kIndexed, Entry::kPending));
+	EXPECT_FALSE(Entry::can_move(Entry::kDetached, Entry::kDetached)) << "detached twice: two frees";
+	EXPECT_FALSE(Entry::can_move(Entry::kIndexed, Entry::kIndexed)) << "indexed twice";
+#ifdef MRN_DEBUG
+	Entry e{};
+	e.state.store(Entry::kDetached);
+	EXPECT_DEATH(e.move_to(Entry::kIndexed), "assertion failed");
+#endif
+}
+
 } // namespace
 } // namespace mrn::test

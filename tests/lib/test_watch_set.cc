@@ -41,6 +41,16 @@ protected:
 		return m;
 	};
 	WatchSet set{opener, 0};
+	// A forked child's set lets go of its parent's monitor without
+	// destroying it (its destructor would act on the parent's state):
+	// the test frees it.
+	std::unique_ptr<FakeMonitor> fork_child(bool reopen)
+	{
+		FakeMonitor *parents = kernel;
+		set.fork_prepare();
+		set.fork_child(reopen);
+		return std::unique_ptr<FakeMonitor>(parents);
+	}
 
 	// What an adapter does: drain, deliver every death, acknowledge.
 	std::vector<WatchedRange> deliver()
@@ -180,9 +190,7 @@ TEST_F(WatchSetTest, AForkedChildDeliversEveryInheritedRangeOnceAndReopens)
 {
 	WatchSet::Handle h;
 	ASSERT_EQ(set.hold(kA, kLen, &h), 0);
-	FakeMonitor *parents = kernel;
-	set.fork_prepare();
-	set.fork_child(true);
+	const std::unique_ptr<FakeMonitor> parents = fork_child(true);
 	EXPECT_TRUE(parents->abandoned) << "the parent's context is let go, not closed";
 	EXPECT_FALSE(set.quiet()) << "the first check after fork must drain";
 	EXPECT_EQ(set.release(h), -ESTALE) << "a handle from before the fork";
@@ -207,8 +215,7 @@ TEST_F(WatchSetTest, AChildThatCannotReopenHasNoWatchesAndTriesOnce)
 {
 	WatchSet::Handle h;
 	ASSERT_EQ(set.hold(kA, kLen, &h), 0);
-	set.fork_prepare();
-	set.fork_child(true);
+	const std::unique_ptr<FakeMonitor> parents = fork_child(true);
 	open_error = -ENODEV;
 	EXPECT_TRUE(has(deliver(), kA));
 	EXPECT_TRUE(set.quiet());
@@ -220,8 +227,7 @@ TEST_F(WatchSetTest, AChildThatMayNotReopenNeverOpens)
 {
 	WatchSet::Handle h;
 	ASSERT_EQ(set.hold(kA, kLen, &h), 0);
-	set.fork_prepare();
-	set.fork_child(false);
+	const std::unique_ptr<FakeMonitor> parents = fork_child(false);
 	EXPECT_TRUE(has(deliver(), kA));
 	EXPECT_EQ(set.hold(kB, kLen, &h), -ENODEV);
 	EXPECT_EQ(opened.size(), 1u);
