@@ -55,8 +55,9 @@ void mrn_ucx_hook_attach(mrn_ucx_rcache_t *rc)
 /*
  * With the lock held, after the word changed (a forked child's, then its
  * own watch's): every hooked cache follows it. A refresh in progress ends
- * by noting the forked word's value, which the new word never takes
- * (mrn_ucx_forked), so the next lookup refreshes once more.
+ * by noting the forked word's value, which the new word never takes (the
+ * watch set's forked word, UINT64_MAX), so the next lookup refreshes once
+ * more.
  */
 void mrn_ucx_hook_follow(void)
 {
