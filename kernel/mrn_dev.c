@@ -219,8 +219,8 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
  *
  * Return: 0, -EINVAL for a caller without an mm (a kernel thread),
  * -EOPNOTSUPP for a 32-bit caller, -EMFILE when the user holds
- * max_user_contexts contexts, -ENOMEM. A signal while the mm's notifier is
- * registered restarts the call.
+ * max_user_contexts contexts or the process MRN_MM_MAX_CONTEXTS, -ENOMEM.
+ * A signal while the mm's notifier is registered restarts the call.
  */
 static int mrn_open(struct inode *inode, struct file *file)
 {
@@ -255,18 +255,25 @@ static int mrn_open(struct inode *inode, struct file *file)
 		goto out_uncharge;
 	ctx->status = page_address(ctx->status_page);
 	ctx->status->abi_version = MRN_ABI_VERSION;
-	/* The mm's notifier, shared with its other contexts. */
-	ctx->mn = mrn_mm_get(current->mm);
-	if (IS_ERR(ctx->mn)) {
-		ret = PTR_ERR(ctx->mn);
-		goto out_free_page;
-	}
-
 	mutex_init(&ctx->mutex);
 	mutex_init(&ctx->drain_mutex);
 	init_waitqueue_head(&ctx->waiters);
 	xa_init_flags(&ctx->regs, XA_FLAGS_ACCOUNT);
 	ctx->max_regs = READ_ONCE(mrn_max_registrations);
+	/*
+	 * The mm's notifier, shared with its other contexts; once attached,
+	 * a deferral publishes to this context (so it is set up first).
+	 */
+	ctx->mn = mrn_mm_get(current->mm);
+	if (IS_ERR(ctx->mn)) {
+		ret = PTR_ERR(ctx->mn);
+		goto out_free_page;
+	}
+	ret = mrn_mm_attach(ctx->mn, ctx);
+	if (ret) {
+		mrn_mm_put(ctx->mn);
+		goto out_free_page;
+	}
 
 	/*
 	 * mm_count only: the context must not keep the address space alive
@@ -327,10 +334,10 @@ static int mrn_release(struct inode *inode, struct file *file)
 	mutex_unlock(&ctx->mutex);
 	/*
 	 * A change may still be finishing a mark of one of ours (drained
-	 * meanwhile, so not in the index any more): its wakeup reads the
-	 * context. It does all of that under the tree's lock.
+	 * meanwhile, so not in the index any more), or a deferral: both read
+	 * the context under the tree's lock, which detaching takes.
 	 */
-	mrn_mm_quiesce(ctx->mn);
+	mrn_mm_detach(ctx->mn, ctx);
 	xa_destroy(&ctx->regs);
 	mrn_mm_put(ctx->mn);
 
@@ -610,14 +617,14 @@ static int mrn_drain_take(struct mrn_ctx *ctx, struct mrn_dirty_entry *ents,
 	if (ret)
 		return ret;
 	/*
-	 * The generation is read before the walk. A registration marked
-	 * before this point is found below (or reported by MORE); one marked
-	 * later moves the generation past the value returned, so user space
-	 * drains again.
+	 * The generation is read before the walk, with no deferred range
+	 * pending. A registration marked before this point is found below
+	 * (or reported by MORE); one marked or deferred later moves the
+	 * generation past the value returned, so user space drains again.
 	 */
-	xa_lock(&ctx->regs);
-	*generation = ctx->generation;
-	xa_unlock(&ctx->regs);
+	do {
+		mrn_mm_settle(ctx->mn);
+	} while (!mrn_mm_settled_generation(ctx, generation));
 
 	ret = 0;
 	xa_for_each_marked(&ctx->regs, index, reg, MRN_MARK_DIRTY) {
@@ -771,6 +778,8 @@ static long mrn_ioctl_query(struct mrn_ctx *ctx, struct mrn_query __user *uarg,
 	ret = mrn_get_arg(&q, sizeof(q), uarg, usize);
 	if (ret)
 		return ret;
+	/* So that the dirty count includes what callbacks deferred. */
+	mrn_mm_settle(ctx->mn);
 
 	memset(&q, 0, sizeof(q));
 	q.size = min_t(u32, usize, sizeof(q));
@@ -836,7 +845,8 @@ static long mrn_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 }
 
 /**
- * mrn_poll - readable while a registration is dirty and not yet drained
+ * mrn_poll - readable while a registration is dirty and not yet drained,
+ * or may be (a range deferred by a notifier callback is pending)
  * @file: a context's file
  * @wait: the poll table
  *
@@ -855,6 +865,9 @@ static __poll_t mrn_poll(struct file *file, poll_table *wait)
 	xa_lock(&ctx->regs);
 	dirty = ctx->nr_dirty != 0;
 	xa_unlock(&ctx->regs);
+	/* A deferred range may hold dirty registrations of this context. */
+	if (!dirty)
+		dirty = mrn_mm_pending(ctx->mn);
 	return dirty ? EPOLLIN | EPOLLRDNORM : 0;
 }
 
@@ -935,7 +948,8 @@ static void __exit mrn_exit(void)
 {
 	/* fops.owner pins the module while any context exists. */
 	misc_deregister(&mrn_misc);
-	/* The last contexts' notifiers may still wait for mrn_mm_free(). */
+	mrn_mm_unkeep_all();
+	/* The notifiers may still wait for mrn_mm_free(). */
 	mmu_notifier_synchronize();
 	mrn_stats_exit();
 	kmem_cache_destroy(mrn_reg_cache);

@@ -18,35 +18,53 @@
  * shared by all its contexts (mmu_notifier_get), and one interval tree of
  * its clean registrations. A change finds the registrations it overlaps in
  * that tree, marks them and takes them out of it, so each registration is
- * marked at most once and a second change of the same range finds nothing:
- * whoever registers what, a change costs O(log n) plus one mark per
- * registration that was clean, and every mark was paid for by a REGISTER.
- * (With one interval notifier per registration, a change walked every
- * registration over its range each time, dirty or not, in the context of
- * whoever made it: another user's truncate, reclaim, the flusher.)
+ * marked at most once and a second change of the same range finds nothing.
+ * One callback marks at most MRN_MARK_BUDGET registrations: whatever is
+ * left in its range is deferred, in O(1), to a short log of pending ranges,
+ * and every context of the mm sees its generation move. The owner resolves
+ * the log at its next REGISTER, DRAIN or QUERY, in its own context, with
+ * the lock given up every MRN_MARK_BUDGET marks. So a change costs whoever
+ * makes it (another user's truncate, reclaim, the OOM reaper) O(log n) plus
+ * at most MRN_MARK_BUDGET marks and one store per context of the mm
+ * (MRN_MM_MAX_CONTEXTS), however many registrations the owner made.
  *
- * Locking:
- *  - mrn_mm->lock (a spinlock) protects the tree, the in-flight table and
- *    reg->dirty. The notifier takes it and, nested inside, the context's
- *    xa_lock; it never sleeps holding them, never allocates, never defers
- *    work, so the mark is complete before munmap() and friends return.
- *  - ctx->regs.xa_lock protects the dirty marks, the generation and
- *    nr_dirty (reg->dirty is written under both locks).
+ * A change marks twice: at its start, the registrations that predate it;
+ * at its end, the ones registered while it ran (they may pin pages the
+ * change replaces). Nothing pairs a start with its end, so nothing is lost
+ * when the core mm starts a range twice or never ends it (5.10's
+ * change_pmd_range() at address 0), and a REGISTER never waits for, or is
+ * made dirty by, a change of an unrelated range.
+ *
+ * The mm's notifier stays until the mm exits (its release drops the mm's
+ * own reference; unloading the module drops the ones left): the
+ * mm_take_all_locks() of mmu_notifier_get() runs once per address space,
+ * not once per open after a close.
+ *
+ * Locking, outermost first:
+ *  - ctx->drain_mutex serialises DRAINs across their copy to user space,
+ *    so that a batch in flight has one owner. UNREGISTER of a registration
+ *    in that batch waits for it, outside ctx->mutex.
  *  - ctx->mutex serialises the index changes of REGISTER, UNREGISTER and
  *    DRAIN: it keeps a registration alive while an ioctl works on it
  *    outside the spinlocks. No ioctl waits for invalidations under it, and
  *    no user memory is touched under it: a fault on a
  *    userfaultfd-registered buffer must not stall the context.
- *  - ctx->drain_mutex (taken before ctx->mutex) serialises DRAINs across
- *    their copy to user space, so that a batch in flight has one owner.
- *    UNREGISTER of a registration in that batch waits for it, outside
- *    ctx->mutex.
+ *  - mrn_mm->settle_mutex: one resolver of the pending log at a time, so
+ *    that whoever finds the log empty knows every deferred mark was made.
+ *  - mrn_mm->lock (a spinlock) protects the tree, the pending log, the list
+ *    of contexts and reg->dirty. The notifier takes it and, nested inside,
+ *    the context's xa_lock; it never sleeps holding them, never allocates,
+ *    never defers work to a thread, so the generation has moved before
+ *    munmap() and friends return.
+ *  - ctx->regs.xa_lock protects the dirty marks, the generation and
+ *    nr_dirty (reg->dirty is written under both spinlocks).
  */
 
 #ifndef MRN_INTERNAL_H
 #define MRN_INTERNAL_H
 
 #include <linux/interval_tree.h>
+#include <linux/list.h>
 #include <linux/mm_types.h>
 #include <linux/mmu_notifier.h>
 #include <linux/mutex.h>
@@ -75,33 +93,40 @@
 #define MRN_MARK_DIRTY	XA_MARK_1	/* invalidated, not yet drained */
 #define MRN_MARK_BATCH	XA_MARK_2	/* copied out by the DRAIN in progress */
 
+/* The most registrations one notifier callback marks (see the top). */
+#define MRN_MARK_BUDGET		16
+/* Deferred ranges kept apart; more are merged into the last one. */
+#define MRN_PENDING_RANGES	16
 /*
- * Invalidations of one address space that REGISTER can tell apart while
- * they run; more at once are counted, and then REGISTER treats every range
- * as overlapped (see mrn_inflight_overlaps()).
+ * Contexts of one address space: a deferral stores to each, so their
+ * number bounds its cost. A process has one per cache (UCX, Open MPI,
+ * libfabric, an audit).
  */
-#define MRN_INFLIGHT_SLOTS	8
+#define MRN_MM_MAX_CONTEXTS	64
+
+/* Byte range [start, last], inclusive as in the interval tree. */
+struct mrn_range {
+	unsigned long start, last;
+};
 
 /*
- * One per address space with an open context: the mmu_notifier every
+ * One per address space that has had a context: the mmu_notifier every
  * context of that mm shares, and the registrations it watches.
  */
 struct mrn_mm {
 	struct mmu_notifier mn;
-	spinlock_t lock;		/* everything below, and reg->dirty */
+	spinlock_t lock;		/* what follows, up to settle_mutex */
 	/* Every context's clean registrations; a mark takes one out. */
 	struct rb_root_cached clean;
-	/*
-	 * The invalidating changes between their start and their end: their
-	 * addresses, and the range the core mm passes to both as the key
-	 * (never dereferenced: should an end be lost, nothing dangles). The
-	 * ones beyond the table are only counted.
-	 */
-	struct mrn_inflight {
-		const struct mmu_notifier_range *key;	/* NULL: free */
-		unsigned long start, end;
-	} inflight[MRN_INFLIGHT_SLOTS];
-	unsigned int inflight_untracked;
+	/* Ranges changed beyond a callback's budget, not yet resolved. */
+	struct mrn_range pending[MRN_PENDING_RANGES];
+	unsigned int nr_pending;
+	struct list_head ctxs;		/* mrn_ctx.mm_link */
+	unsigned int nr_ctxs;
+	struct mutex settle_mutex;	/* see the comment at the top */
+	/* The mm's own reference, until its release or the module's unload. */
+	struct list_head kept_link;	/* under mrn_kept_lock */
+	bool kept;			/* ditto */
 };
 
 /*
@@ -148,6 +173,7 @@ struct mrn_user {
 struct mrn_ctx {
 	struct mm_struct *mm;		/* mmgrab()ed: mm_count, not mm_users */
 	struct mrn_mm *mn;		/* mm's shared notifier, one reference */
+	struct list_head mm_link;	/* mn->ctxs, under mn->lock */
 	struct page *status_page;
 	struct mrn_status *status;	/* page_address(status_page) */
 	struct mrn_user *user;		/* charged for every registration */
@@ -186,11 +212,14 @@ enum mrn_counter {
 	MRN_CNT_EXCLUSIVE,		/* device exclusive access */
 	MRN_CNT_OTHER,			/* reasons this module does not know */
 	MRN_CNT_INVALIDATED,		/* registrations that became dirty */
-	MRN_CNT_REGISTERED_DIRTY,	/* dirty at REGISTER: a change was running */
+	MRN_CNT_MARKED_AT_END,		/* registered while a change ran, marked at its end */
+	MRN_CNT_DEFERRED,		/* callbacks that left marks to the owner */
+	MRN_CNT_DEFERRED_MERGED,	/* deferred ranges merged into another */
 	MRN_CNT_IGNORED,		/* protection changes (as above) */
 	MRN_CNT_DRAINED,		/* entries reported by DRAIN */
 	MRN_CNT_UNREGISTERED_DIRTY,	/* UNREGISTERs that returned WAS_DIRTY */
 	MRN_CNT_USER_LIMIT,		/* REGISTER or open refused by a user cap */
+	MRN_CNT_NOTIFIERS,		/* mm notifiers registered (mm_take_all_locks) */
 	MRN_NR_COUNTERS
 };
 
@@ -210,6 +239,13 @@ static inline void mrn_count_add(enum mrn_counter c, u64 n)
 	this_cpu_add(mrn_pcpu_stats.count[c], n);
 }
 
+/*
+ * The longest any notifier callback held mrn_mm->lock since the module was
+ * loaded (or the debugfs file was reset), and the most it marked in one
+ * call: the per-event bound, observable.
+ */
+void mrn_note_callback(u64 hold_ns, unsigned int marks);
+
 /* mrn_stats.c */
 struct attribute_group;
 extern atomic_long_t mrn_nr_contexts;	/* open contexts */
@@ -227,8 +263,13 @@ void mrn_uncharge(struct mrn_user *user, enum mrn_user_count c);
 
 /* mrn_notifier.c */
 struct mrn_mm *mrn_mm_get(struct mm_struct *mm);
-void mrn_mm_quiesce(struct mrn_mm *m);
+int mrn_mm_attach(struct mrn_mm *m, struct mrn_ctx *ctx);
+void mrn_mm_detach(struct mrn_mm *m, struct mrn_ctx *ctx);
 void mrn_mm_put(struct mrn_mm *m);
+void mrn_mm_unkeep_all(void);
+void mrn_mm_settle(struct mrn_mm *m);
+bool mrn_mm_settled_generation(struct mrn_ctx *ctx, u64 *generation);
+bool mrn_mm_pending(struct mrn_mm *m);
 void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg);
 void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg);
 

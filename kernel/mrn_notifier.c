@@ -11,6 +11,7 @@
 #include <linux/mm.h>
 #include <linux/poll.h>
 #include <linux/sched.h>
+#include <linux/sched/clock.h>
 #include <linux/slab.h>
 
 #include <linux/mrnotify.h>
@@ -67,6 +68,22 @@ static enum mrn_counter mrn_event_slot(const struct mmu_notifier_range *range,
 	return MRN_CNT_OTHER;
 }
 
+/* Publish a new generation of @ctx and wake its pollers; xa_lock held. */
+static void mrn_publish_locked(struct mrn_ctx *ctx)
+{
+	lockdep_assert_held(&ctx->regs.xa_lock);
+	ctx->generation++;
+	/* Publish after the mark: whoever sees it and drains finds it. */
+	smp_store_release(&ctx->status->generation, ctx->generation);
+}
+
+static void mrn_wake(struct mrn_ctx *ctx)
+{
+	/* Takes only the wait queue's spinlock, and only with a waiter. */
+	if (wq_has_sleeper(&ctx->waiters))
+		wake_up_interruptible_poll(&ctx->waiters, EPOLLIN | EPOLLRDNORM);
+}
+
 /* Mark @reg dirty and publish it; mrn_mm->lock held, @reg in no tree. */
 static void mrn_mark_dirty(struct mrn_reg *reg)
 {
@@ -78,108 +95,128 @@ static void mrn_mark_dirty(struct mrn_reg *reg)
 	/* Setting a mark never allocates: the entry exists. */
 	__xa_set_mark(&ctx->regs, (u32)reg->id, MRN_MARK_DIRTY);
 	ctx->nr_dirty++;
-	ctx->generation++;
-	/* Publish after the mark: whoever sees it and drains finds it. */
-	smp_store_release(&ctx->status->generation, ctx->generation);
+	mrn_publish_locked(ctx);
 	xa_unlock(&ctx->regs);
-	/* Takes only the wait queue's spinlock, and only with a waiter. */
-	if (wq_has_sleeper(&ctx->waiters))
-		wake_up_interruptible_poll(&ctx->waiters, EPOLLIN | EPOLLRDNORM);
+	mrn_wake(ctx);
 }
 
 /*
- * Mark every clean registration over [start, last] and take it out of the
- * tree; mrn_mm->lock held. When @may_sleep, the lock is given up now and
- * then: a registration inserted meanwhile sees the change in flight (or
- * the caller is the mm's release, after which nothing registers).
+ * Mark at most @budget clean registrations over [start, last], taking each
+ * out of the tree; mrn_mm->lock held. *@more says whether any is left.
  */
-static u64 mrn_mark_range(struct mrn_mm *m, unsigned long start,
-			  unsigned long last, bool may_sleep)
+static unsigned int mrn_mark_some(struct mrn_mm *m, unsigned long start,
+				  unsigned long last, unsigned int budget,
+				  bool *more)
 {
 	struct interval_tree_node *node;
-	u64 n = 0;
+	unsigned int n = 0;
 
 	lockdep_assert_held(&m->lock);
 	while ((node = interval_tree_iter_first(&m->clean, start, last))) {
+		if (n == budget) {
+			*more = true;
+			return n;
+		}
 		interval_tree_remove(node, &m->clean);
 		mrn_mark_dirty(container_of(node, struct mrn_reg, node));
 		n++;
-		if (may_sleep)
-			cond_resched_lock(&m->lock);
 	}
+	*more = false;
 	return n;
 }
 
-/* Note an invalidating change from its start to its end; lock held. */
-static void mrn_inflight_begin(struct mrn_mm *m,
-			       const struct mmu_notifier_range *range)
+/* Whether [start, last] meets a deferred range; lock held. */
+static bool mrn_pending_overlaps(struct mrn_mm *m, unsigned long start,
+				 unsigned long last)
 {
-	struct mrn_inflight *free = NULL;
 	unsigned int i;
 
 	lockdep_assert_held(&m->lock);
-	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		/*
-		 * Noted once however often it starts: 5.10's change_pmd_range()
-		 * starts a range at address 0 once per populated PMD, and ends
-		 * it once.
-		 */
-		if (m->inflight[i].key == range)
-			return;
-		if (!m->inflight[i].key && !free)
-			free = &m->inflight[i];
-	}
-	if (!free) {
-		m->inflight_untracked++;
-		return;
-	}
-	free->key = range;
-	free->start = range->start;
-	free->end = range->end;
+	for (i = 0; i < m->nr_pending; i++)
+		if (m->pending[i].start <= last && start <= m->pending[i].last)
+			return true;
+	return false;
 }
 
-/* The change noted by mrn_inflight_begin() has ended; lock held. */
-static void mrn_inflight_end(struct mrn_mm *m,
-			     const struct mmu_notifier_range *range)
+/* Whether a deferred range holds all of [start, last]; lock held. */
+static bool mrn_pending_covers(struct mrn_mm *m, unsigned long start,
+			       unsigned long last)
 {
 	unsigned int i;
 
 	lockdep_assert_held(&m->lock);
-	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		if (m->inflight[i].key == range) {
-			m->inflight[i].key = NULL;
-			return;
-		}
-	}
-	/*
-	 * Counted at its start. (An end without a start cannot happen: the
-	 * notifier was registered under mm_take_all_locks(), with no change
-	 * in flight.)
-	 */
-	if (!WARN_ON_ONCE(!m->inflight_untracked))
-		m->inflight_untracked--;
+	for (i = 0; i < m->nr_pending; i++)
+		if (m->pending[i].start <= start && last <= m->pending[i].last)
+			return true;
+	return false;
 }
 
 /*
- * Whether a change in flight may still replace pages in [start, last]:
- * its start has passed, so it marked only the registrations in the tree
- * then, and its pages may not have changed yet. Lock held.
+ * Leave the clean registrations over [start, last] to the owner: note the
+ * range and move every context's generation, so that each drains, and
+ * DRAIN resolves the range first. O(1) plus one store per context; lock
+ * held. A full log merges the range into its last entry: the hull costs
+ * precision (more registrations reported dirty), never a lost mark.
  */
-static bool mrn_inflight_overlaps(struct mrn_mm *m, unsigned long start,
-				  unsigned long last)
+static void mrn_defer(struct mrn_mm *m, unsigned long start,
+		      unsigned long last)
 {
-	const struct mrn_inflight *r;
-	unsigned int i;
+	struct mrn_range *r;
+	struct mrn_ctx *ctx;
 
 	lockdep_assert_held(&m->lock);
-	if (m->inflight_untracked)
-		return true;
-	for (i = 0; i < MRN_INFLIGHT_SLOTS; i++) {
-		r = &m->inflight[i];
-		if (r->key && r->start <= last && start < r->end)
-			return true;
+	if (m->nr_pending < MRN_PENDING_RANGES) {
+		r = &m->pending[m->nr_pending++];
+		r->start = start;
+		r->last = last;
+	} else {
+		r = &m->pending[MRN_PENDING_RANGES - 1];
+		r->start = min(r->start, start);
+		r->last = max(r->last, last);
+		mrn_count(MRN_CNT_DEFERRED_MERGED);
 	}
-	return false;
+	list_for_each_entry(ctx, &m->ctxs, mm_link) {
+		xa_lock(&ctx->regs);
+		mrn_publish_locked(ctx);
+		xa_unlock(&ctx->regs);
+		mrn_wake(ctx);
+	}
+	mrn_count(MRN_CNT_DEFERRED);
+}
+
+/*
+ * A notifier callback's share of a change: mark within the budget, defer
+ * the rest. It runs in the context of whoever changes the mapping (the
+ * process itself, another process truncating a shared file, reclaim, the
+ * OOM reaper in non-blocking mode): it takes only spinlocks, never sleeps,
+ * never allocates and never fails.
+ */
+static unsigned int mrn_mark_change(struct mrn_mm *m,
+				    const struct mmu_notifier_range *range)
+{
+	unsigned long last = range->end - 1;
+	unsigned int n;
+	bool more;
+	u64 t0;
+
+	spin_lock(&m->lock);
+	t0 = local_clock();
+	/*
+	 * Inside a deferred range, every clean registration is owed a mark
+	 * already, and every context has seen its generation move since (see
+	 * mrn_watch()): nothing to do. So an owner that never drains does not
+	 * make each later change of the range pay the budget again.
+	 */
+	if (mrn_pending_covers(m, range->start, last)) {
+		spin_unlock(&m->lock);
+		return 0;
+	}
+	n = mrn_mark_some(m, range->start, last, MRN_MARK_BUDGET, &more);
+	if (more)
+		mrn_defer(m, range->start, last);
+	mrn_note_callback(local_clock() - t0, n);
+	spin_unlock(&m->lock);
+	return n;
 }
 
 /**
@@ -187,12 +224,8 @@ static bool mrn_inflight_overlaps(struct mrn_mm *m, unsigned long start,
  * @mn: the mm's shared notifier
  * @range: what changes, and why
  *
- * It runs in the context of whoever changes the mapping (the process
- * itself, another process truncating a shared file, reclaim, the OOM
- * reaper in non-blocking mode): it takes only spinlocks, sleeps only where
- * the range allows it, never allocates and never fails. An event that can
- * replace pages marks the clean registrations it overlaps, and is noted as
- * in flight until its end.
+ * An event that can replace pages marks the registrations that predate
+ * it; one that cannot takes no lock.
  *
  * Return: 0 (the change is never refused).
  */
@@ -201,59 +234,102 @@ static int mrn_invalidate_range_start(struct mmu_notifier *mn,
 {
 	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
 	enum mrn_counter slot;
-	bool invalidates, met;
-	u64 n;
+	bool invalidates;
+	unsigned int n;
 
 	slot = mrn_event_slot(range, &invalidates);
-	spin_lock(&m->lock);
 	if (!invalidates) {
-		/* O(log n), for the counters only: nothing is marked. */
-		met = interval_tree_iter_first(&m->clean, range->start,
-					       range->end - 1);
-		spin_unlock(&m->lock);
-		if (met) {
-			mrn_count(slot);
-			mrn_count(MRN_CNT_IGNORED);
-		}
+		mrn_count(slot);
+		mrn_count(MRN_CNT_IGNORED);
 		return 0;
 	}
-	mrn_inflight_begin(m, range);
-	n = mrn_mark_range(m, range->start, range->end - 1,
-			   mmu_notifier_range_blockable(range));
-	spin_unlock(&m->lock);
+	n = mrn_mark_change(m, range);
 	mrn_count_add(slot, n);
 	mrn_count_add(MRN_CNT_INVALIDATED, n);
 	return 0;
 }
 
+/*
+ * The change has ended: mark what was registered while it ran (its start
+ * took every older registration out of the tree). Such a registration may
+ * have pinned a page the change then replaced.
+ */
 static void mrn_invalidate_range_end(struct mmu_notifier *mn,
 				     const struct mmu_notifier_range *range)
 {
 	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	enum mrn_counter slot;
 	bool invalidates;
+	unsigned int n;
 
-	mrn_event_slot(range, &invalidates);
+	slot = mrn_event_slot(range, &invalidates);
 	if (!invalidates)
 		return;
-	spin_lock(&m->lock);
-	mrn_inflight_end(m, range);
-	spin_unlock(&m->lock);
+	n = mrn_mark_change(m, range);
+	mrn_count_add(slot, n);
+	mrn_count_add(MRN_CNT_INVALIDATED, n);
+	mrn_count_add(MRN_CNT_MARKED_AT_END, n);
 }
+
+/*
+ * Mark every clean registration over [start, last] in the caller's own
+ * context: the lock is given up every MRN_MARK_BUDGET marks, whether or
+ * not anyone waits for it (on a kernel without preemption,
+ * cond_resched_lock() would not give it up to another CPU spinning on it).
+ */
+static u64 mrn_mark_all(struct mrn_mm *m, unsigned long start,
+			unsigned long last)
+{
+	unsigned int batch;
+	bool more;
+	u64 n = 0;
+	u64 t0;
+
+	do {
+		spin_lock(&m->lock);
+		t0 = local_clock();
+		batch = mrn_mark_some(m, start, last, MRN_MARK_BUDGET, &more);
+		mrn_note_callback(local_clock() - t0, batch);
+		spin_unlock(&m->lock);
+		n += batch;
+		cond_resched();
+	} while (more);
+	return n;
+}
+
+/*
+ * The notifiers kept for their mm after its last context closed (see
+ * mrn_mm_get()), so that unloading the module can drop them; the lock also
+ * guards mrn_mm.kept and kept_link.
+ */
+static LIST_HEAD(mrn_kept);
+static DEFINE_SPINLOCK(mrn_kept_lock);
 
 /*
  * The address space is torn down (exit, exec): every registration is
  * stale. Nothing can register afterwards, as no task uses this mm any more.
+ * The mm's own reference goes (the kernel-doc of mmu_notifier_put() allows
+ * it here); the contexts still hold theirs.
  */
 static void mrn_mm_release(struct mmu_notifier *mn, struct mm_struct *mm)
 {
 	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	bool kept;
 	u64 n;
 
+	n = mrn_mark_all(m, 0, ULONG_MAX);
 	spin_lock(&m->lock);
-	n = mrn_mark_range(m, 0, ULONG_MAX, true);
+	m->nr_pending = 0;
 	spin_unlock(&m->lock);
 	mrn_count_add(MRN_CNT_RELEASE, n);
 	mrn_count_add(MRN_CNT_INVALIDATED, n);
+	spin_lock(&mrn_kept_lock);
+	kept = m->kept;
+	m->kept = false;
+	list_del_init(&m->kept_link);
+	spin_unlock(&mrn_kept_lock);
+	if (kept)
+		mmu_notifier_put(&m->mn);
 }
 
 /* Called by mmu_notifier_get() for the mm's first context. */
@@ -265,13 +341,20 @@ static struct mmu_notifier *mrn_mm_alloc(struct mm_struct *mm)
 		return ERR_PTR(-ENOMEM);
 	spin_lock_init(&m->lock);
 	m->clean = RB_ROOT_CACHED;
+	INIT_LIST_HEAD(&m->ctxs);
+	INIT_LIST_HEAD(&m->kept_link);
+	mutex_init(&m->settle_mutex);
+	mrn_count(MRN_CNT_NOTIFIERS);
 	return &m->mn;
 }
 
 /* After the last mmu_notifier_put() and an SRCU grace period. */
 static void mrn_mm_free(struct mmu_notifier *mn)
 {
-	kfree(container_of(mn, struct mrn_mm, mn));
+	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+
+	mutex_destroy(&m->settle_mutex);
+	kfree(m);
 }
 
 static const struct mmu_notifier_ops mrn_mm_ops = {
@@ -283,39 +366,117 @@ static const struct mmu_notifier_ops mrn_mm_ops = {
 };
 
 /*
- * Start watching @reg; ctx->mutex held, @reg in the index. A change in
- * flight over its range makes it dirty at once instead of waiting for that
- * change to end: REGISTER never waits for the mm, and user space learns
- * that pages it pins now may be replaced.
+ * Start watching @reg; ctx->mutex held, @reg in the index. REGISTER never
+ * waits for the mm: a change running now over the range marks @reg at its
+ * end. It is never inserted over a deferred range (that range is resolved
+ * first), so every clean registration in a deferred range predates the
+ * deferral, whose generation its context has seen: mrn_mark_change() may
+ * skip a change inside such a range.
  */
 void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
 	struct mrn_mm *m = ctx->mn;
-	bool raced;
 
 	lockdep_assert_held(&ctx->mutex);
 	spin_lock(&m->lock);
-	raced = mrn_inflight_overlaps(m, reg->node.start, reg->node.last);
-	if (raced)
-		mrn_mark_dirty(reg);
-	else
-		interval_tree_insert(&reg->node, &m->clean);
+	while (mrn_pending_overlaps(m, reg->node.start, reg->node.last)) {
+		spin_unlock(&m->lock);
+		mrn_mm_settle(m);
+		spin_lock(&m->lock);
+	}
+	interval_tree_insert(&reg->node, &m->clean);
 	spin_unlock(&m->lock);
-	if (raced)
-		mrn_count(MRN_CNT_REGISTERED_DIRTY);
 }
 
 /*
  * Stop watching @reg: once out of the tree, no notifier can reach it (they
- * find registrations only there, under the lock). ctx->mutex held.
+ * find registrations only there, under the lock). A range deferred over it
+ * and not yet resolved is a mark it is owed: it leaves dirty. ctx->mutex
+ * held.
  */
 void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
+	struct mrn_mm *m = ctx->mn;
+
 	lockdep_assert_held(&ctx->mutex);
-	spin_lock(&ctx->mn->lock);
-	if (!reg->dirty)
-		interval_tree_remove(&reg->node, &ctx->mn->clean);
-	spin_unlock(&ctx->mn->lock);
+	spin_lock(&m->lock);
+	if (!reg->dirty) {
+		interval_tree_remove(&reg->node, &m->clean);
+		if (mrn_pending_overlaps(m, reg->node.start, reg->node.last))
+			mrn_mark_dirty(reg);
+	}
+	spin_unlock(&m->lock);
+}
+
+/**
+ * mrn_mm_settle - make the marks that callbacks deferred
+ * @m: the owner's notifier (the caller is a context of its mm)
+ *
+ * In the owner's context, charged to it, the lock given up every
+ * MRN_MARK_BUDGET marks. When it returns, every range deferred before the
+ * call has been resolved. Lock order: ctx->mutex, then settle_mutex.
+ */
+void mrn_mm_settle(struct mrn_mm *m)
+{
+	struct mrn_range r;
+	unsigned int n;
+	bool more;
+
+	if (!READ_ONCE(m->nr_pending))
+		return;
+	mutex_lock(&m->settle_mutex);
+	spin_lock(&m->lock);
+	while (m->nr_pending) {
+		r = m->pending[m->nr_pending - 1];
+		n = mrn_mark_some(m, r.start, r.last, MRN_MARK_BUDGET, &more);
+		/*
+		 * Resolved unless a callback appended a range or widened this
+		 * one while the lock was given up: then go on with the last.
+		 */
+		if (!more && m->pending[m->nr_pending - 1].start == r.start &&
+		    m->pending[m->nr_pending - 1].last == r.last)
+			m->nr_pending--;
+		spin_unlock(&m->lock);
+		mrn_count_add(MRN_CNT_INVALIDATED, n);
+		cond_resched();
+		spin_lock(&m->lock);
+	}
+	spin_unlock(&m->lock);
+	mutex_unlock(&m->settle_mutex);
+}
+
+/**
+ * mrn_mm_settled_generation - a generation DRAIN may report
+ * @ctx: the context (the caller is its owner)
+ * @generation: set to ctx's generation when nothing was pending
+ *
+ * A deferral notes its range and then moves the generation, both under the
+ * lock: a generation read while the log is empty covers no unresolved
+ * deferral.
+ *
+ * Return: true with @generation set; false when a range is pending (settle
+ * and call again).
+ */
+bool mrn_mm_settled_generation(struct mrn_ctx *ctx, u64 *generation)
+{
+	struct mrn_mm *m = ctx->mn;
+	bool settled;
+
+	spin_lock(&m->lock);
+	settled = !m->nr_pending;
+	if (settled) {
+		xa_lock(&ctx->regs);
+		*generation = ctx->generation;
+		xa_unlock(&ctx->regs);
+	}
+	spin_unlock(&m->lock);
+	return settled;
+}
+
+/* Whether a deferred range waits to be resolved (for poll()). */
+bool mrn_mm_pending(struct mrn_mm *m)
+{
+	return READ_ONCE(m->nr_pending) != 0;
 }
 
 /**
@@ -323,7 +484,10 @@ void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
  * @mm: current->mm
  *
  * The first one is registered under mm_take_all_locks(), so no change is
- * in flight then: every change after it is seen from its start to its end.
+ * in flight then. It is kept until the mm exits: the first caller takes a
+ * second reference for the mm, which mrn_mm_release() drops (or
+ * mrn_mm_unkeep_all(), at unload). Later opens, after any number of
+ * closes, find it without mm_take_all_locks().
  *
  * Return: a reference, or an ERR_PTR: -ENOMEM, or -ERESTARTNOINTR when a
  * signal interrupted the registration (the open is then restarted).
@@ -331,6 +495,8 @@ void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 struct mrn_mm *mrn_mm_get(struct mm_struct *mm)
 {
 	struct mmu_notifier *mn = mmu_notifier_get(&mrn_mm_ops, mm);
+	struct mrn_mm *m;
+	bool keep;
 
 	/*
 	 * mm_take_all_locks() gives up on any pending signal, also io_uring's
@@ -339,22 +505,82 @@ struct mrn_mm *mrn_mm_get(struct mm_struct *mm)
 	 */
 	if (IS_ERR(mn))
 		return ERR_PTR(PTR_ERR(mn) == -EINTR ? -ERESTARTNOINTR : PTR_ERR(mn));
-	return container_of(mn, struct mrn_mm, mn);
+	m = container_of(mn, struct mrn_mm, mn);
+	spin_lock(&mrn_kept_lock);
+	keep = !m->kept;
+	if (keep) {
+		m->kept = true;
+		list_add(&m->kept_link, &mrn_kept);
+	}
+	spin_unlock(&mrn_kept_lock);
+	/*
+	 * Found, not registered, as the caller holds a reference: no
+	 * mm_take_all_locks(), and no failure.
+	 */
+	if (keep && WARN_ON_ONCE(mmu_notifier_get(&mrn_mm_ops, mm) != mn)) {
+		mmu_notifier_put(mn);
+		return ERR_PTR(-EIO);
+	}
+	return m;
 }
 
 /*
- * Wait for the marks in progress: a change marks a registration, publishes
- * it and wakes its context's pollers all under the lock, so once none of a
- * context's registrations is in the tree, taking the lock once is enough.
+ * Bind @ctx to its mm's notifier. Return: 0, or -EMFILE when the mm has
+ * MRN_MM_MAX_CONTEXTS contexts.
  */
-void mrn_mm_quiesce(struct mrn_mm *m)
+int mrn_mm_attach(struct mrn_mm *m, struct mrn_ctx *ctx)
+{
+	int ret = -EMFILE;
+
+	spin_lock(&m->lock);
+	if (m->nr_ctxs < MRN_MM_MAX_CONTEXTS) {
+		list_add(&ctx->mm_link, &m->ctxs);
+		m->nr_ctxs++;
+		ret = 0;
+	}
+	spin_unlock(&m->lock);
+	return ret;
+}
+
+/*
+ * Unbind @ctx once its registrations are all out of the tree. Under the
+ * lock, so a change still finishing a mark or a deferral of one of ours
+ * (its wakeup reads the context) is done when this returns.
+ */
+void mrn_mm_detach(struct mrn_mm *m, struct mrn_ctx *ctx)
 {
 	spin_lock(&m->lock);
+	list_del(&ctx->mm_link);
+	m->nr_ctxs--;
 	spin_unlock(&m->lock);
 }
 
-/* Once the context's registrations are all out of the tree. */
+/* Drop a context's reference; the mm's own is dropped by its release. */
 void mrn_mm_put(struct mrn_mm *m)
 {
 	mmu_notifier_put(&m->mn);
+}
+
+/*
+ * At unload, with no context left (each file pins the module): drop the
+ * references kept for address spaces that are still alive. A change that
+ * is running in one of them stays within its SRCU read section, which
+ * mrn_exit() waits for with mmu_notifier_synchronize().
+ */
+void mrn_mm_unkeep_all(void)
+{
+	struct mrn_mm *m;
+
+	for (;;) {
+		spin_lock(&mrn_kept_lock);
+		m = list_first_entry_or_null(&mrn_kept, struct mrn_mm, kept_link);
+		if (m) {
+			list_del_init(&m->kept_link);
+			m->kept = false;
+		}
+		spin_unlock(&mrn_kept_lock);
+		if (!m)
+			return;
+		mmu_notifier_put(&m->mn);
+	}
 }

@@ -25,17 +25,39 @@ static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
 	[MRN_CNT_EXCLUSIVE] = "callbacks_exclusive",
 	[MRN_CNT_OTHER] = "callbacks_other",
 	[MRN_CNT_INVALIDATED] = "invalidated",
-	[MRN_CNT_REGISTERED_DIRTY] = "registered_dirty",
+	[MRN_CNT_MARKED_AT_END] = "marked_at_end",
+	[MRN_CNT_DEFERRED] = "deferred",
+	[MRN_CNT_DEFERRED_MERGED] = "deferred_merged",
 	[MRN_CNT_IGNORED] = "ignored",
 	[MRN_CNT_DRAINED] = "drained",
 	[MRN_CNT_UNREGISTERED_DIRTY] = "unregistered_dirty",
 	[MRN_CNT_USER_LIMIT] = "user_limit_hits",
+	[MRN_CNT_NOTIFIERS] = "notifiers_registered",
 };
 
 DEFINE_PER_CPU(struct mrn_pcpu_stats, mrn_pcpu_stats);
 atomic_long_t mrn_nr_contexts = ATOMIC_LONG_INIT(0);
 atomic_long_t mrn_nr_regs = ATOMIC_LONG_INIT(0);
 static struct dentry *mrn_debugfs;
+/* Maxima over every callback; written as zero to start a measurement. */
+static atomic64_t mrn_max_hold_ns = ATOMIC64_INIT(0);
+static atomic64_t mrn_max_marks = ATOMIC64_INIT(0);
+
+static void mrn_raise(atomic64_t *max, u64 v)
+{
+	s64 old = atomic64_read(max);
+
+	while ((u64)old < v) {
+		if (atomic64_try_cmpxchg(max, &old, v))
+			break;
+	}
+}
+
+void mrn_note_callback(u64 hold_ns, unsigned int marks)
+{
+	mrn_raise(&mrn_max_hold_ns, hold_ns);
+	mrn_raise(&mrn_max_marks, marks);
+}
 
 static_assert(ARRAY_SIZE(mrn_counter_names) == MRN_NR_COUNTERS);
 
@@ -68,6 +90,21 @@ static int mrn_gauge_get(void *data, u64 *val)
 }
 DEFINE_DEBUGFS_ATTRIBUTE(mrn_gauge_fops, mrn_gauge_get, NULL, "%llu\n");
 
+static int mrn_max_get(void *data, u64 *val)
+{
+	*val = atomic64_read(data);
+	return 0;
+}
+
+static int mrn_max_set(void *data, u64 val)
+{
+	if (val)
+		return -EINVAL;
+	atomic64_set(data, 0);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(mrn_max_fops, mrn_max_get, mrn_max_set, "%llu\n");
+
 void mrn_stats_init(void)
 {
 	unsigned int c;
@@ -82,6 +119,10 @@ void mrn_stats_init(void)
 				   &mrn_nr_contexts, &mrn_gauge_fops);
 	debugfs_create_file_unsafe("registrations", 0400, mrn_debugfs,
 				   &mrn_nr_regs, &mrn_gauge_fops);
+	debugfs_create_file_unsafe("max_callback_hold_ns", 0600, mrn_debugfs,
+				   &mrn_max_hold_ns, &mrn_max_fops);
+	debugfs_create_file_unsafe("max_callback_marks", 0600, mrn_debugfs,
+				   &mrn_max_marks, &mrn_max_fops);
 }
 
 void mrn_stats_exit(void)

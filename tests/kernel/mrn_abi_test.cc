@@ -753,9 +753,12 @@ TEST(Drain, LargerEntrySizeIsZeroFilled)
 	EXPECT_EQ(0xAA, buf[2 * 48]); // beyond count: untouched
 }
 
+// Independent as long as one change marks no more than a callback's
+// budget: beyond it, the rest is deferred and every context of the process
+// sees its generation move (Contexts.BeyondTheBudget below).
 TEST(Contexts, ManyPerProcessAreIndependent)
 {
-	const int n = 64;
+	const int n = static_cast<int>(mrn::kMarkBudget);
 	std::vector<std::unique_ptr<Ctx>> ctxs;
 	Map m(2 * page_size());
 	std::vector<int64_t> ids;
@@ -787,6 +790,64 @@ TEST(Contexts, ManyPerProcessAreIndependent)
 	ASSERT_EQ(0, madvise(m2.get(), m2.size(), MADV_DONTNEED));
 	for (int i = 1; i < n; i += 2)
 		EXPECT_EQ(1u, ctxs[i]->drain().size()) << i;
+}
+
+// A change over more registrations than one callback marks: every context
+// of the process sees its generation move before the change returns, and
+// each DRAIN still reports exactly its own registrations.
+TEST(Contexts, BeyondTheBudgetEveryContextDrainsExactlyItsOwn)
+{
+	const int n = 4 * static_cast<int>(mrn::kMarkBudget);
+	std::vector<std::unique_ptr<Ctx>> ctxs;
+	Map m(2 * page_size());
+	for (int i = 0; i < n; i++) {
+		ctxs.emplace_back(new Ctx());
+		ASSERT_TRUE(ctxs.back()->ok());
+		ASSERT_GT(ctxs.back()->reg(m.get(), page_size(), i), 0);
+		if (i & 1) {
+			ASSERT_GT(ctxs.back()->reg(m.get() + page_size(), page_size(), 1000 + i),
+				  0);
+		}
+	}
+	mrn::StatsDelta stats;
+	ASSERT_EQ(0, madvise(m.get() + page_size(), page_size(), MADV_DONTNEED));
+	EXPECT_EQ(1, stats["deferred"]);
+	for (int i = 0; i < n; i++)
+		EXPECT_GE(ctxs[i]->gen(), 1u) << i;
+	for (int i = 0; i < n; i++) {
+		auto e = ctxs[i]->drain();
+		ASSERT_EQ((i & 1) ? 1u : 0u, e.size()) << i;
+		if (i & 1) {
+			EXPECT_EQ(1000u + i, e[0].cookie) << i;
+		}
+	}
+	ASSERT_EQ(0, madvise(m.get(), page_size(), MADV_DONTNEED));
+	for (int i = 0; i < n; i++)
+		EXPECT_EQ(1u, ctxs[i]->drain().size()) << i;
+}
+
+// The number of contexts of one process bounds what a deferral costs the
+// change that makes it: the 65th open fails with EMFILE.
+TEST(Contexts, AtMost64PerProcess)
+{
+	std::vector<std::unique_ptr<Ctx>> ctxs;
+	for (int i = 0; i < 64; i++) {
+		ctxs.emplace_back(new Ctx());
+		if (!ctxs.back()->ok()) {
+			ctxs.pop_back();
+			break;
+		}
+	}
+	EXPECT_EQ(64u, ctxs.size()) << "a context of this process is still open elsewhere?";
+	errno = 0;
+	int fd = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+	EXPECT_EQ(-1, fd);
+	EXPECT_EQ(EMFILE, errno);
+	if (fd >= 0)
+		close(fd);
+	ctxs.pop_back();
+	Ctx again;
+	EXPECT_TRUE(again.ok());
 }
 
 } // namespace

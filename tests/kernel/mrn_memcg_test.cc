@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 // mrnotify.ko in a memory cgroup at its limit: a registration's kernel memory
 // is charged to the caller's cgroup, REGISTER fails with ENOMEM (not the OOM
-// killer), and nothing registered before is lost. Run as root.
+// killer), and nothing registered before is lost. A process with a
+// context's cap of registrations over one page that the OOM killer ends
+// holds no lock long: every callback marks within its budget. Run as root.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -183,6 +186,64 @@ TEST(Memcg, RegisterAtTheLimitIsENOMEMAndLosesNothing)
 	EXPECT_GE(o.generation, 1u);
 	printf("memory cgroup of 16 MiB: %ld registrations, then %s; %ld drained after the unmap\n",
 	       o.registered, strerror(o.error), o.drained);
+}
+
+// The OOM killer ends a process that holds a context's cap (2^20) of
+// registrations over one private page: the notifier callbacks of its end
+// (the exit's release; the OOM reaper's non-blocking unmap, when it gets
+// there first) mark within their budget and give the lock up between
+// batches. Before #47 one callback marked all 2^20 with the lock held,
+// without rescheduling in the reaper: an estimated 6-20 s on a big node,
+// and in the debug-kernel guest (soft-lockup and RCU-stall detectors on,
+// panicking) a reported stall would end the run.
+TEST(Memcg, OomKillOfACapOfRegistrationsHoldsTheLockBriefly)
+{
+	MemCgroup cg;
+	if (!cg.ok())
+		GTEST_SKIP() << cg.why();
+	ASSERT_TRUE(cg.set("memory.max", std::to_string(256 << 20)));
+	cg.set("memory.swap.max", "0"); // absent without swap accounting
+	mrn::ScopedParam user_cap("max_user_registrations", "4194304");
+	ASSERT_TRUE(user_cap.ok());
+	ASSERT_TRUE(mrn::reset_callback_maxima()) << "no max_callback_* files in debugfs";
+	const long k = (1L << 20) - 1;
+	mrn::Child victim([&](int up, int down) {
+		if (!cg.enter())
+			return 10;
+		Ctx c;
+		Map m(page_size());
+		if (!c.ok() || !m.get())
+			return 11;
+		m.touch();
+		for (long i = 0; i < k; i++)
+			if (c.reg(m.get(), m.size(), static_cast<uint64_t>(i)) <= 0)
+				return 12;
+		char b = 1;
+		if (write(up, &b, 1) != 1 || read(down, &b, 1) != 1)
+			return 13;
+		// Grow until the cgroup's OOM killer ends this process.
+		for (;;) {
+			void *p = mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED)
+				return 14;
+			memset(p, 1, 1 << 20);
+		}
+	});
+	char b = 1;
+	ASSERT_TRUE(victim.get(&b, 1)) << "the victim could not register " << k << " ranges";
+	auto s0 = mrn::global_stats();
+	ASSERT_TRUE(victim.put(&b, 1));
+	const int st = victim.wait();
+	ASSERT_NE(-1, st);
+	ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+		<< "the victim was not killed by the OOM killer (status " << st << ")";
+	auto s1 = mrn::global_stats();
+	EXPECT_EQ(k, s1["invalidated"] - s0["invalidated"]) << "every registration marked once";
+	EXPECT_LE(s1["max_callback_marks"], mrn::kMarkBudget);
+	printf("OOM kill of a process with %ld registrations over one page: at most %lld marks "
+	       "at once, the longest hold of the lock %lld ns\n",
+	       k, s1["max_callback_marks"], s1["max_callback_hold_ns"]);
 }
 
 } // namespace

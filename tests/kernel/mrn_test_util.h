@@ -295,6 +295,15 @@ public:
 	Child &operator=(const Child &) = delete;
 
 	pid_t pid() const { return pid_; }
+	// Waits for the child to end; its wait status, or -1.
+	int wait()
+	{
+		int st = 0;
+		if (pid_ <= 0 || waitpid(pid_, &st, 0) != pid_)
+			return -1;
+		pid_ = -1;
+		return st;
+	}
 	bool get(void *p, size_t n) { return pid_ > 0 && read(from_, p, n) == static_cast<ssize_t>(n); }
 	bool put(const void *p, size_t n)
 	{
@@ -361,13 +370,18 @@ inline std::map<std::string, long long> global_stats()
 					    "callbacks_exclusive",
 					    "callbacks_other",
 					    "invalidated",
-					    "registered_dirty",
+					    "marked_at_end",
+					    "deferred",
+					    "deferred_merged",
 					    "ignored",
 					    "drained",
 					    "unregistered_dirty",
 					    "user_limit_hits",
+					    "notifiers_registered",
 					    "contexts",
-					    "registrations"};
+					    "registrations",
+					    "max_callback_hold_ns",
+					    "max_callback_marks"};
 	std::map<std::string, long long> m;
 	for (const char *n : names) {
 		std::ifstream f(std::string("/sys/kernel/debug/mrnotify/") + n);
@@ -377,6 +391,22 @@ inline std::map<std::string, long long> global_stats()
 	}
 	return m;
 }
+
+// Start a measurement of the per-callback maxima (max_callback_hold_ns,
+// max_callback_marks): debugfs takes 0 as a reset.
+inline bool reset_callback_maxima()
+{
+	for (const char *n : {"max_callback_hold_ns", "max_callback_marks"}) {
+		std::ofstream f(std::string("/sys/kernel/debug/mrnotify/") + n);
+		if (!(f << "0") || !f.flush())
+			return false;
+	}
+	return true;
+}
+
+// MRN_MARK_BUDGET in kernel/mrn_internal.h: the most registrations one
+// notifier callback marks.
+constexpr long long kMarkBudget = 16;
 
 // Counter changes since construction.
 class StatsDelta {

@@ -436,7 +436,9 @@ TEST_F(Unmap, ForkWithDontforkSendsNothing)
 	auto ids = reg_pages(c, m.get(), 4);
 	fork_and_wait(false, m.get(), 0);
 	EXPECT_EQ(0u, c.gen());
-	EXPECT_EQ(0, stats.callbacks());
+	// fork's write-protect of the parent's other pages reaches the
+	// notifier and is ignored (counted without looking for registrations).
+	EXPECT_EQ(0, stats.callbacks() - stats["ignored"]);
 	// The range is still watched.
 	ASSERT_EQ(0, madvise(m.get(), page_size(), MADV_DONTNEED));
 	EXPECT_EQ(pick(ids, 0, 1), c.drain_ids());

@@ -47,10 +47,12 @@
 
 /**
  * struct mrn_status - the status page
- * @generation: increases by one each time a registration becomes dirty;
- *	written after the registration is on the dirty list. Read it with one
- *	64-bit acquire load (e.g. __atomic_load_n(&st->generation,
- *	__ATOMIC_ACQUIRE)).
+ * @generation: increases by one each time a registration becomes dirty,
+ *	and by one when a change had more registrations to mark than one
+ *	notifier callback marks (the rest are marked by the next DRAIN, which
+ *	reports them); written after the registration is on the dirty list.
+ *	Never decreases. Read it with one 64-bit acquire load (e.g.
+ *	__atomic_load_n(&st->generation, __ATOMIC_ACQUIRE)).
  * @abi_version: MRN_ABI_VERSION of the running module
  * @reserved: zero
  *
