@@ -44,12 +44,20 @@
  * generation above it. A freed slot is reused before a new one is taken
  * (the most recently freed first), so the index stays as dense as the live
  * registrations however sparse their ids are; the generation, one more at
- * each reuse, keeps an id from naming a later registration in its slot
- * until that slot has been reused 2^31 times. A fresh context hands out
- * 1, 2, 3...
+ * each reuse, keeps an id from naming a later registration in its slot.
+ * A slot whose generation would pass MRN_GEN_MAX is retired instead of
+ * reused (it stays in the index as a free entry on no list, 8 bytes), so
+ * no id ever names two registrations. A fresh context hands out 1, 2, 3...
  */
 #define MRN_SLOT_MAX	U32_MAX
 #define MRN_GEN_MAX	(BIT(31) - 1)
+/*
+ * Test only (debugfs): how far a slot's generation moves at each reuse, so
+ * that a test reaches MRN_GEN_MAX in a few reuses instead of 2^31.
+ */
+u32 mrn_debug_generation_step = 1;
+/* Entries one DRAIN takes when its buffer cannot be allocated. */
+#define MRN_DRAIN_STACK_BATCH	8
 /* Kernel memory of one registration, for the default per-user cap. */
 #define MRN_REG_COST	128
 
@@ -86,6 +94,16 @@ module_param_cb(max_user_registrations, &mrn_param_max_ops,
 		&mrn_max_user_registrations, 0644);
 MODULE_PARM_DESC(max_user_registrations,
 		 "Registrations per user and user namespace across all contexts and processes (default: 1% of RAM at 128 bytes each, at least 65536)");
+/*
+ * The module ignores changes whose reason says the pages stay (protection
+ * changes). That rests on the core mm keeping its word, which 5.10-5.13
+ * broke once (mrn_protection_may_migrate()): on a kernel newer than the
+ * tested ones, every change invalidates unless the administrator says so.
+ */
+bool mrn_trust_newer_kernel;
+module_param_named(trust_newer_kernel, mrn_trust_newer_kernel, bool, 0444);
+MODULE_PARM_DESC(trust_newer_kernel,
+		 "On a kernel newer than the newest tested one, trust the kernel's reason for a change and ignore protection changes (default: no, every change invalidates)");
 module_param_cb(max_user_contexts, &mrn_param_max_ops,
 		&mrn_max_user_contexts, 0644);
 MODULE_PARM_DESC(max_user_contexts,
@@ -97,6 +115,11 @@ static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
 	kmem_cache_free(mrn_reg_cache, reg);
 	mrn_uncharge(ctx->user, MRN_UC_REGS);
 	atomic_long_dec(&mrn_nr_regs);
+}
+
+static u32 mrn_generation_step(void)
+{
+	return max_t(u32, READ_ONCE(mrn_debug_generation_step), 1);
 }
 
 static u64 mrn_make_id(u32 gen, u32 slot)
@@ -129,7 +152,8 @@ static int mrn_slot_take(struct mrn_ctx *ctx, struct mrn_reg *reg)
 		xa_lock(&ctx->regs);
 		free = xa_to_value(xa_load(&ctx->regs, slot));
 		ctx->free_slot = (u32)free;
-		reg->id = mrn_make_id(((free >> 32) + 1) & MRN_GEN_MAX, slot);
+		reg->id = mrn_make_id(min_t(u64, (free >> 32) + mrn_generation_step(),
+					    MRN_GEN_MAX), slot);
 		__xa_store(&ctx->regs, slot, reg, 0);
 		xa_unlock(&ctx->regs);
 		return 0;
@@ -179,24 +203,31 @@ static struct mrn_reg *mrn_lookup(struct mrn_ctx *ctx, u64 id)
  * @ctx: the context; its mutex must be held
  * @reg: the registration, already unwatched (no notifier can reach it)
  *
- * Its slot goes to the head of the free slots, with its generation; the
- * slot's marks are cleared.
+ * Its slot goes to the head of the free slots, with its generation, or is
+ * retired when its next generation would pass MRN_GEN_MAX; the slot's
+ * marks are cleared.
  *
  * Return: whether it was dirty (reported, or to be reported, by DRAIN).
  */
 static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
-	u32 slot = (u32)reg->id;
+	u32 slot = (u32)reg->id, gen = reg->id >> 32;
+	bool retire = (u64)gen + mrn_generation_step() > MRN_GEN_MAX;
 	bool dirty;
 
 	lockdep_assert_held(&ctx->mutex);
 	xa_lock(&ctx->regs);
 	__xa_clear_mark(&ctx->regs, slot, MRN_MARK_DIRTY);
 	__xa_clear_mark(&ctx->regs, slot, MRN_MARK_BATCH);
-	/* Replacing an entry never allocates. */
+	/*
+	 * Replacing an entry never allocates. A retired slot says its ids
+	 * are all stale (MRN_GEN_MAX) and is on no free list.
+	 */
 	__xa_store(&ctx->regs, slot,
-		   mrn_free_entry(reg->id >> 32, ctx->free_slot), 0);
-	ctx->free_slot = slot;
+		   retire ? mrn_free_entry(MRN_GEN_MAX, 0) :
+			    mrn_free_entry(gen, ctx->free_slot), 0);
+	if (!retire)
+		ctx->free_slot = slot;
 	dirty = reg->dirty;
 	if (dirty)
 		ctx->nr_dirty--;
@@ -712,6 +743,7 @@ static int mrn_drain_copy_out(char __user *dst, u32 entry_size,
 static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 			    u32 usize)
 {
+	struct mrn_dirty_entry stack_ents[MRN_DRAIN_STACK_BATCH];
 	struct mrn_dirty_entry *ents;
 	struct mrn_drain arg;
 	u32 max, count;
@@ -726,19 +758,23 @@ static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 	    arg.entry_size > PAGE_SIZE || arg.entry_size % sizeof(u64))
 		return -EINVAL;
 
-	max = min_t(u32, arg.capacity, MRN_DRAIN_MAX_BATCH);
-	/*
-	 * 32 KiB at most; one slot even for capacity 0. Not charged: it is
-	 * freed before the call returns, and a cgroup at its limit must still
-	 * be able to drain (draining is how it gets memory back).
-	 */
-	ents = kvmalloc_array(max ?: 1, sizeof(*ents), GFP_KERNEL);
-	if (!ents)
-		return -ENOMEM;
-
 	ret = mutex_lock_killable(&ctx->drain_mutex);
 	if (ret)
-		goto out_free;
+		return ret;
+	/*
+	 * After the wait, so that DRAINs queued on the mutex hold no memory,
+	 * and charged, as the caller's. A cgroup at its limit must still be
+	 * able to drain (that is how it gets memory back): without the
+	 * buffer, a batch of MRN_DRAIN_STACK_BATCH on the stack, with MORE.
+	 */
+	max = min_t(u32, arg.capacity, MRN_DRAIN_MAX_BATCH);
+	ents = NULL;
+	if (max > MRN_DRAIN_STACK_BATCH)
+		ents = kvmalloc_array(max, sizeof(*ents), MRN_GFP_USER);
+	if (!ents) {
+		ents = stack_ents;
+		max = min_t(u32, max, MRN_DRAIN_STACK_BATCH);
+	}
 	more = mrn_drain_take(ctx, ents, max, &count, &generation);
 	if (more < 0) {
 		ret = more;
@@ -756,8 +792,8 @@ static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 
 out_unlock:
 	mutex_unlock(&ctx->drain_mutex);
-out_free:
-	kvfree(ents);
+	if (ents != stack_ents)
+		kvfree(ents);
 	return ret;
 }
 
@@ -927,8 +963,8 @@ static int __init mrn_init(void)
 				MRN_MAX_REGISTRATIONS_LIMIT);
 	}
 
-	if (MRN_BEYOND_TESTED)
-		pr_notice("Linux %s is newer than %s, the newest release mrnotify was tested on\n",
+	if (MRN_BEYOND_TESTED && !mrn_trust_newer_kernel)
+		pr_notice("Linux %s is newer than %s, the newest release mrnotify was tested on: every change of a mapping counts as invalidating (trust_newer_kernel=1 trusts its reasons)\n",
 			  init_utsname()->release, MRN_NEWEST_TESTED);
 
 	mrn_reg_cache = KMEM_CACHE(mrn_reg, SLAB_ACCOUNT);

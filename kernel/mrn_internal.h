@@ -246,6 +246,10 @@ static inline void mrn_count_add(enum mrn_counter c, u64 n)
  */
 void mrn_note_callback(u64 hold_ns, unsigned int marks);
 
+/* mrn_dev.c: module parameters and test knobs the other parts read. */
+extern bool mrn_trust_newer_kernel;
+extern u32 mrn_debug_generation_step;
+
 /* mrn_stats.c */
 struct attribute_group;
 extern atomic_long_t mrn_nr_contexts;	/* open contexts */

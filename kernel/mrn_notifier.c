@@ -68,6 +68,20 @@ static enum mrn_counter mrn_event_slot(const struct mmu_notifier_range *range,
 	return MRN_CNT_OTHER;
 }
 
+/*
+ * The reason's slot, and whether the change can replace pages: on a kernel
+ * newer than the tested ones, every change can, unless trusted.
+ */
+static enum mrn_counter mrn_classify(const struct mmu_notifier_range *range,
+				     bool *invalidates)
+{
+	enum mrn_counter slot = mrn_event_slot(range, invalidates);
+
+	if (MRN_BEYOND_TESTED && !mrn_trust_newer_kernel)
+		*invalidates = true;
+	return slot;
+}
+
 /* Publish a new generation of @ctx and wake its pollers; xa_lock held. */
 static void mrn_publish_locked(struct mrn_ctx *ctx)
 {
@@ -237,7 +251,7 @@ static int mrn_invalidate_range_start(struct mmu_notifier *mn,
 	bool invalidates;
 	unsigned int n;
 
-	slot = mrn_event_slot(range, &invalidates);
+	slot = mrn_classify(range, &invalidates);
 	if (!invalidates) {
 		mrn_count(slot);
 		mrn_count(MRN_CNT_IGNORED);
@@ -262,7 +276,7 @@ static void mrn_invalidate_range_end(struct mmu_notifier *mn,
 	bool invalidates;
 	unsigned int n;
 
-	slot = mrn_event_slot(range, &invalidates);
+	slot = mrn_classify(range, &invalidates);
 	if (!invalidates)
 		return;
 	n = mrn_mark_change(m, range);

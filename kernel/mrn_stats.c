@@ -123,6 +123,9 @@ void mrn_stats_init(void)
 				   &mrn_max_hold_ns, &mrn_max_fops);
 	debugfs_create_file_unsafe("max_callback_marks", 0600, mrn_debugfs,
 				   &mrn_max_marks, &mrn_max_fops);
+	/* Tests only: see mrn_debug_generation_step. */
+	debugfs_create_u32("debug_generation_step", 0600, mrn_debugfs,
+			   &mrn_debug_generation_step);
 }
 
 void mrn_stats_exit(void)

@@ -337,6 +337,44 @@ TEST(Register, IdsAreNotReusedSoon)
 	}
 }
 
+// A slot whose generation would wrap is retired, so that no id ever names
+// a later registration. debug_generation_step (debugfs, tests only) moves
+// a slot's generation by 2^30 at each reuse: the second reuse would pass
+// the 31-bit maximum. Without the retirement (the module before #47, with
+// this step), the third id was the first one again: (2^31 & (2^31 - 1)) =
+// 0, the same slot, and UNREGISTER of the first id removed the third
+// registration.
+TEST(Register, ASlotIsRetiredBeforeItsGenerationWraps)
+{
+	const std::string knob = "/sys/kernel/debug/mrnotify/debug_generation_step";
+	{
+		std::ofstream f(knob);
+		ASSERT_TRUE(f << (1U << 30) && f.flush()) << "no " << knob;
+	}
+	struct Restore {
+		std::string path;
+		~Restore() { std::ofstream(path) << 1; }
+	} restore{knob};
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	Map m(page_size());
+	const int64_t first = c.reg(m.get(), m.size());
+	ASSERT_GT(first, 0);
+	ASSERT_EQ(0, c.unreg(static_cast<uint64_t>(first)));
+	const int64_t second = c.reg(m.get(), m.size());
+	ASSERT_GT(second, 0);
+	EXPECT_EQ(static_cast<uint32_t>(first), static_cast<uint32_t>(second)) << "slot reused";
+	ASSERT_EQ(0, c.unreg(static_cast<uint64_t>(second)));
+	const int64_t third = c.reg(m.get(), m.size());
+	ASSERT_GT(third, 0);
+	EXPECT_NE(first, third);
+	EXPECT_NE(static_cast<uint32_t>(first), static_cast<uint32_t>(third)) << "slot retired";
+	EXPECT_EQ(-ESTALE, c.unreg(static_cast<uint64_t>(first)));
+	EXPECT_EQ(-ESTALE, c.unreg(static_cast<uint64_t>(second)));
+	EXPECT_EQ(1u, c.query().registrations) << "a stale id removed the live registration";
+	EXPECT_EQ(0, c.unreg(static_cast<uint64_t>(third)));
+}
+
 // --- malformed ioctls ------------------------------------------------------
 
 struct RegCase {
