@@ -29,6 +29,7 @@
 #include <linux/mrnotify.h>
 
 #include "mrn_internal.h"
+#include "mrn_trace.h"
 #include "mrnotify_compat.h"
 
 /* Registrations a context may hold unless the administrator says otherwise. */
@@ -529,6 +530,7 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	mrn_watch(ctx, reg);
 	id = reg->id;
 	mutex_unlock(&ctx->mutex);
+	trace_mrn_register(ctx, id, arg.addr, end - 1, arg.cookie);
 
 	if (put_user(id, &uarg->id)) {
 		/* Nobody learnt the id; unless a guess freed it, undo. */
@@ -586,6 +588,7 @@ static int mrn_unregister_id(struct mrn_ctx *ctx, u64 id)
 	dirty = mrn_unlink(ctx, reg);
 	mutex_unlock(&ctx->mutex);
 	mrn_free_reg(ctx, reg);
+	trace_mrn_unregister(ctx, id, dirty);
 	if (dirty)
 		mrn_count(MRN_CNT_UNREGISTERED_DIRTY);
 	/*
@@ -667,6 +670,8 @@ static int mrn_drain_take(struct mrn_ctx *ctx, struct mrn_dirty_entry *ents,
 		ents[n].id = reg->id;
 		ents[n].addr = reg->node.start;
 		ents[n].length = reg->node.last - reg->node.start + 1;
+		ents[n].reason = reg->reason;
+		ents[n].flags = reg->mark_flags;
 		xa_set_mark(&ctx->regs, index, MRN_MARK_BATCH);
 		n++;
 	}
@@ -707,19 +712,23 @@ static void mrn_drain_finish(struct mrn_ctx *ctx, bool commit)
 	mrn_count_add(MRN_CNT_DRAINED, n);
 }
 
-/* Copy a batch to user space, each entry in a slot of @entry_size bytes. */
+/*
+ * Copy a batch to user space, each entry in a slot of @entry_size bytes:
+ * as much of the entry as fits (a slot of 32 bytes, the first layout, has
+ * no reason), the rest of a larger slot zeroed.
+ */
 static int mrn_drain_copy_out(char __user *dst, u32 entry_size,
 			      const struct mrn_dirty_entry *ents, u32 count)
 {
-	const size_t tail = entry_size - sizeof(*ents);
+	const size_t head = min_t(size_t, entry_size, sizeof(*ents));
 	u32 i;
 
-	if (!tail)
+	if (entry_size == sizeof(*ents))
 		return copy_to_user(dst, ents, count * sizeof(*ents)) ?
 			-EFAULT : 0;
 	for (i = 0; i < count; i++, dst += entry_size) {
-		if (copy_to_user(dst, &ents[i], sizeof(*ents)) ||
-		    clear_user(dst + sizeof(*ents), tail))
+		if (copy_to_user(dst, &ents[i], head) ||
+		    (entry_size > head && clear_user(dst + head, entry_size - head)))
 			return -EFAULT;
 	}
 	return 0;
@@ -750,7 +759,7 @@ static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 	u64 generation;
 	int ret, more;
 
-	BUILD_BUG_ON(sizeof(*ents) != MRN_DIRTY_ENTRY_SIZE_VER1);
+	BUILD_BUG_ON(sizeof(*ents) != MRN_DIRTY_ENTRY_SIZE_VER2);
 	ret = mrn_get_arg(&arg, sizeof(arg), uarg, usize);
 	if (ret)
 		return ret;
@@ -789,6 +798,8 @@ static long mrn_ioctl_drain(struct mrn_ctx *ctx, struct mrn_drain __user *uarg,
 		     put_user(generation, &uarg->generation)))
 		ret = -EFAULT;
 	mrn_drain_finish(ctx, !ret);
+	if (!ret)
+		trace_mrn_drain(ctx, count, more, generation);
 
 out_unlock:
 	mutex_unlock(&ctx->drain_mutex);

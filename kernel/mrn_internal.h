@@ -107,6 +107,7 @@
 /* Byte range [start, last], inclusive as in the interval tree. */
 struct mrn_range {
 	unsigned long start, last;
+	u8 reason;		/* MRN_REASON_*, for a deferred range */
 };
 
 /*
@@ -131,7 +132,7 @@ struct mrn_mm {
 
 /*
  * One registration, 80 bytes: its range as a node of the mm's tree, its
- * context, the cookie, the id and the dirty bit. The dirty list is a mark
+ * context, the cookie, the id, the dirty bit and why it became dirty. The dirty list is a mark
  * in the context's index, so no list pointers are needed; with the index
  * slot and memcg accounting the kernel spends about 96 bytes per
  * registration.
@@ -143,6 +144,8 @@ struct mrn_reg {
 	u64 id;		/* constant once the registration is in the index */
 	/* Written under mrn_mm->lock and the xa_lock, read under either. */
 	bool dirty;
+	u8 reason;	/* MRN_REASON_* once dirty */
+	u8 mark_flags;	/* MRN_ENTRY_* once dirty */
 };
 
 /*

@@ -17,6 +17,7 @@
 #include <linux/mrnotify.h>
 
 #include "mrn_internal.h"
+#include "mrn_trace.h"
 #include "mrnotify_compat.h"
 
 /**
@@ -82,6 +83,35 @@ static enum mrn_counter mrn_classify(const struct mmu_notifier_range *range,
 	return slot;
 }
 
+/* What DRAIN reports of a mark: why, and how it was found. */
+struct mrn_cause {
+	u8 reason;	/* MRN_REASON_* */
+	u8 flags;	/* MRN_ENTRY_* */
+};
+
+/* The reason user space is told for a change counted in @slot. */
+static u8 mrn_slot_reason(enum mrn_counter slot)
+{
+	switch (slot) {
+	case MRN_CNT_UNMAP:
+		return MRN_REASON_UNMAP;
+	case MRN_CNT_CLEAR:
+		return MRN_REASON_CLEAR;
+	case MRN_CNT_RELEASE:
+		return MRN_REASON_RELEASE;
+	case MRN_CNT_MIGRATE:
+		return MRN_REASON_MIGRATE;
+	case MRN_CNT_EXCLUSIVE:
+		return MRN_REASON_EXCLUSIVE;
+	case MRN_CNT_PROTECTION_VMA:
+	case MRN_CNT_PROTECTION_PAGE:
+	case MRN_CNT_SOFT_DIRTY:
+		return MRN_REASON_PROTECTION;
+	default:
+		return MRN_REASON_OTHER;
+	}
+}
+
 /* Publish a new generation of @ctx and wake its pollers; xa_lock held. */
 static void mrn_publish_locked(struct mrn_ctx *ctx)
 {
@@ -99,13 +129,17 @@ static void mrn_wake(struct mrn_ctx *ctx)
 }
 
 /* Mark @reg dirty and publish it; mrn_mm->lock held, @reg in no tree. */
-static void mrn_mark_dirty(struct mrn_reg *reg)
+static void mrn_mark_dirty(struct mrn_reg *reg, struct mrn_cause cause)
 {
 	struct mrn_ctx *ctx = reg->ctx;
 
 	lockdep_assert_held(&ctx->mn->lock);
 	xa_lock(&ctx->regs);
 	reg->dirty = true;
+	reg->reason = cause.reason;
+	reg->mark_flags = cause.flags;
+	trace_mrn_mark(ctx, reg->id, reg->node.start, reg->node.last,
+		       cause.reason, cause.flags);
 	/* Setting a mark never allocates: the entry exists. */
 	__xa_set_mark(&ctx->regs, (u32)reg->id, MRN_MARK_DIRTY);
 	ctx->nr_dirty++;
@@ -119,8 +153,8 @@ static void mrn_mark_dirty(struct mrn_reg *reg)
  * out of the tree; mrn_mm->lock held. *@more says whether any is left.
  */
 static unsigned int mrn_mark_some(struct mrn_mm *m, unsigned long start,
-				  unsigned long last, unsigned int budget,
-				  bool *more)
+				  unsigned long last, struct mrn_cause cause,
+				  unsigned int budget, bool *more)
 {
 	struct interval_tree_node *node;
 	unsigned int n = 0;
@@ -132,24 +166,25 @@ static unsigned int mrn_mark_some(struct mrn_mm *m, unsigned long start,
 			return n;
 		}
 		interval_tree_remove(node, &m->clean);
-		mrn_mark_dirty(container_of(node, struct mrn_reg, node));
+		mrn_mark_dirty(container_of(node, struct mrn_reg, node), cause);
 		n++;
 	}
 	*more = false;
 	return n;
 }
 
-/* Whether [start, last] meets a deferred range; lock held. */
-static bool mrn_pending_overlaps(struct mrn_mm *m, unsigned long start,
-				 unsigned long last)
+/* A deferred range that meets [start, last], or NULL; lock held. */
+static const struct mrn_range *mrn_pending_overlaps(struct mrn_mm *m,
+						    unsigned long start,
+						    unsigned long last)
 {
 	unsigned int i;
 
 	lockdep_assert_held(&m->lock);
 	for (i = 0; i < m->nr_pending; i++)
 		if (m->pending[i].start <= last && start <= m->pending[i].last)
-			return true;
-	return false;
+			return &m->pending[i];
+	return NULL;
 }
 
 /* Whether a deferred range holds all of [start, last]; lock held. */
@@ -173,22 +208,27 @@ static bool mrn_pending_covers(struct mrn_mm *m, unsigned long start,
  * precision (more registrations reported dirty), never a lost mark.
  */
 static void mrn_defer(struct mrn_mm *m, unsigned long start,
-		      unsigned long last)
+		      unsigned long last, u8 reason)
 {
+	bool merged = m->nr_pending == MRN_PENDING_RANGES;
 	struct mrn_range *r;
 	struct mrn_ctx *ctx;
 
 	lockdep_assert_held(&m->lock);
-	if (m->nr_pending < MRN_PENDING_RANGES) {
+	if (!merged) {
 		r = &m->pending[m->nr_pending++];
 		r->start = start;
 		r->last = last;
+		r->reason = reason;
 	} else {
 		r = &m->pending[MRN_PENDING_RANGES - 1];
 		r->start = min(r->start, start);
 		r->last = max(r->last, last);
+		if (r->reason != reason)
+			r->reason = MRN_REASON_UNKNOWN;
 		mrn_count(MRN_CNT_DEFERRED_MERGED);
 	}
+	trace_mrn_defer(m, start, last, reason, merged);
 	list_for_each_entry(ctx, &m->ctxs, mm_link) {
 		xa_lock(&ctx->regs);
 		mrn_publish_locked(ctx);
@@ -206,7 +246,8 @@ static void mrn_defer(struct mrn_mm *m, unsigned long start,
  * never allocates and never fails.
  */
 static unsigned int mrn_mark_change(struct mrn_mm *m,
-				    const struct mmu_notifier_range *range)
+				    const struct mmu_notifier_range *range,
+				    struct mrn_cause cause)
 {
 	unsigned long last = range->end - 1;
 	unsigned int n;
@@ -225,9 +266,9 @@ static unsigned int mrn_mark_change(struct mrn_mm *m,
 		spin_unlock(&m->lock);
 		return 0;
 	}
-	n = mrn_mark_some(m, range->start, last, MRN_MARK_BUDGET, &more);
+	n = mrn_mark_some(m, range->start, last, cause, MRN_MARK_BUDGET, &more);
 	if (more)
-		mrn_defer(m, range->start, last);
+		mrn_defer(m, range->start, last, cause.reason);
 	mrn_note_callback(local_clock() - t0, n);
 	spin_unlock(&m->lock);
 	return n;
@@ -247,6 +288,7 @@ static int mrn_invalidate_range_start(struct mmu_notifier *mn,
 				      const struct mmu_notifier_range *range)
 {
 	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	struct mrn_cause cause = { 0 };
 	enum mrn_counter slot;
 	bool invalidates;
 	unsigned int n;
@@ -257,7 +299,8 @@ static int mrn_invalidate_range_start(struct mmu_notifier *mn,
 		mrn_count(MRN_CNT_IGNORED);
 		return 0;
 	}
-	n = mrn_mark_change(m, range);
+	cause.reason = mrn_slot_reason(slot);
+	n = mrn_mark_change(m, range, cause);
 	mrn_count_add(slot, n);
 	mrn_count_add(MRN_CNT_INVALIDATED, n);
 	return 0;
@@ -272,6 +315,7 @@ static void mrn_invalidate_range_end(struct mmu_notifier *mn,
 				     const struct mmu_notifier_range *range)
 {
 	struct mrn_mm *m = container_of(mn, struct mrn_mm, mn);
+	struct mrn_cause cause = { .flags = MRN_ENTRY_AT_END };
 	enum mrn_counter slot;
 	bool invalidates;
 	unsigned int n;
@@ -279,21 +323,22 @@ static void mrn_invalidate_range_end(struct mmu_notifier *mn,
 	slot = mrn_classify(range, &invalidates);
 	if (!invalidates)
 		return;
-	n = mrn_mark_change(m, range);
+	cause.reason = mrn_slot_reason(slot);
+	n = mrn_mark_change(m, range, cause);
 	mrn_count_add(slot, n);
 	mrn_count_add(MRN_CNT_INVALIDATED, n);
 	mrn_count_add(MRN_CNT_MARKED_AT_END, n);
 }
 
 /*
- * Mark every clean registration over [start, last] in the caller's own
- * context: the lock is given up every MRN_MARK_BUDGET marks, whether or
- * not anyone waits for it (on a kernel without preemption,
+ * Mark every clean registration, the address space being torn down, in
+ * its own context: the lock is given up every MRN_MARK_BUDGET marks,
+ * whether or not anyone waits for it (on a kernel without preemption,
  * cond_resched_lock() would not give it up to another CPU spinning on it).
  */
-static u64 mrn_mark_all(struct mrn_mm *m, unsigned long start,
-			unsigned long last)
+static u64 mrn_mark_all(struct mrn_mm *m)
 {
+	const struct mrn_cause cause = { .reason = MRN_REASON_RELEASE };
 	unsigned int batch;
 	bool more;
 	u64 n = 0;
@@ -302,7 +347,8 @@ static u64 mrn_mark_all(struct mrn_mm *m, unsigned long start,
 	do {
 		spin_lock(&m->lock);
 		t0 = local_clock();
-		batch = mrn_mark_some(m, start, last, MRN_MARK_BUDGET, &more);
+		batch = mrn_mark_some(m, 0, ULONG_MAX, cause, MRN_MARK_BUDGET,
+				      &more);
 		mrn_note_callback(local_clock() - t0, batch);
 		spin_unlock(&m->lock);
 		n += batch;
@@ -331,7 +377,7 @@ static void mrn_mm_release(struct mmu_notifier *mn, struct mm_struct *mm)
 	bool kept;
 	u64 n;
 
-	n = mrn_mark_all(m, 0, ULONG_MAX);
+	n = mrn_mark_all(m);
 	spin_lock(&m->lock);
 	m->nr_pending = 0;
 	spin_unlock(&m->lock);
@@ -410,14 +456,19 @@ void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
  */
 void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
+	struct mrn_cause cause = { .flags = MRN_ENTRY_DEFERRED };
 	struct mrn_mm *m = ctx->mn;
+	const struct mrn_range *owed;
 
 	lockdep_assert_held(&ctx->mutex);
 	spin_lock(&m->lock);
 	if (!reg->dirty) {
 		interval_tree_remove(&reg->node, &m->clean);
-		if (mrn_pending_overlaps(m, reg->node.start, reg->node.last))
-			mrn_mark_dirty(reg);
+		owed = mrn_pending_overlaps(m, reg->node.start, reg->node.last);
+		if (owed) {
+			cause.reason = owed->reason;
+			mrn_mark_dirty(reg, cause);
+		}
 	}
 	spin_unlock(&m->lock);
 }
@@ -432,6 +483,7 @@ void mrn_unwatch(struct mrn_ctx *ctx, struct mrn_reg *reg)
  */
 void mrn_mm_settle(struct mrn_mm *m)
 {
+	struct mrn_cause cause = { .flags = MRN_ENTRY_DEFERRED };
 	struct mrn_range r;
 	unsigned int n;
 	bool more;
@@ -442,7 +494,9 @@ void mrn_mm_settle(struct mrn_mm *m)
 	spin_lock(&m->lock);
 	while (m->nr_pending) {
 		r = m->pending[m->nr_pending - 1];
-		n = mrn_mark_some(m, r.start, r.last, MRN_MARK_BUDGET, &more);
+		cause.reason = r.reason;
+		n = mrn_mark_some(m, r.start, r.last, cause, MRN_MARK_BUDGET,
+				  &more);
 		/*
 		 * Resolved unless a callback appended a range or widened this
 		 * one while the lock was given up: then go on with the last.

@@ -12,7 +12,12 @@
 #include <linux/percpu.h>
 #include <linux/sysfs.h>
 
+#include <linux/mrnotify.h>
+
 #include "mrn_internal.h"
+
+#define CREATE_TRACE_POINTS
+#include "mrn_trace.h"
 
 static const char * const mrn_counter_names[MRN_NR_COUNTERS] = {
 	[MRN_CNT_UNMAP] = "callbacks_unmap",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -373,6 +374,57 @@ TEST(Register, ASlotIsRetiredBeforeItsGenerationWraps)
 	EXPECT_EQ(-ESTALE, c.unreg(static_cast<uint64_t>(second)));
 	EXPECT_EQ(1u, c.query().registrations) << "a stale id removed the live registration";
 	EXPECT_EQ(0, c.unreg(static_cast<uint64_t>(third)));
+}
+
+// The tracepoints follow a registration's life: REGISTER, the mark and its
+// reason, the DRAIN that reports it, and UNREGISTER.
+TEST(Trace, ARegistrationsLifeIsTraced)
+{
+	std::string dir;
+	for (const char *d : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"})
+		if (access((std::string(d) + "/events/mrnotify/enable").c_str(), W_OK) == 0) {
+			dir = d;
+			break;
+		}
+	ASSERT_FALSE(dir.empty()) << "no events/mrnotify in tracefs";
+	auto put = [&](const char *file, const char *v) {
+		std::ofstream f(dir + "/" + file, std::ios::trunc);
+		return static_cast<bool>(f << v && f.flush());
+	};
+	ASSERT_TRUE(put("trace", ""));
+	ASSERT_TRUE(put("events/mrnotify/enable", "1"));
+	{
+		Ctx c;
+		ASSERT_TRUE(c.ok());
+		Map m(2 * page_size());
+		m.touch();
+		const int64_t dead = c.reg(m.get(), page_size(), 0x5eed);
+		const int64_t live = c.reg(m.get() + page_size(), page_size(), 0x11fe);
+		ASSERT_GT(dead, 0);
+		ASSERT_GT(live, 0);
+		ASSERT_EQ(0, madvise(m.get(), page_size(), MADV_DONTNEED));
+		EXPECT_EQ(1u, c.drain().size());
+		EXPECT_EQ(0, c.unreg(static_cast<uint64_t>(live)));
+	}
+	ASSERT_TRUE(put("events/mrnotify/enable", "0"));
+	std::ifstream in(dir + "/trace");
+	std::string line, all;
+	int registers = 0, marks = 0, drains = 0, unregisters = 0;
+	while (std::getline(in, line)) {
+		if (line.empty() || line[0] == '#')
+			continue;
+		all += line + "\n";
+		registers += line.find("mrn_register:") != std::string::npos;
+		marks += line.find("mrn_mark:") != std::string::npos &&
+			 line.find("reason=clear") != std::string::npos;
+		drains += line.find("mrn_drain:") != std::string::npos &&
+			  line.find("count=1") != std::string::npos;
+		unregisters += line.find("mrn_unregister:") != std::string::npos;
+	}
+	EXPECT_EQ(2, registers) << all;
+	EXPECT_EQ(1, marks) << all;
+	EXPECT_EQ(1, drains) << all;
+	EXPECT_EQ(1, unregisters) << all;
 }
 
 // --- malformed ioctls ------------------------------------------------------
@@ -785,10 +837,42 @@ TEST(Drain, LargerEntrySizeIsZeroFilled)
 		mrn_dirty_entry e;
 		memcpy(&e, &buf[i * 48], sizeof(e));
 		EXPECT_TRUE(e.cookie == 11 || e.cookie == 12);
-		for (int j = 32; j < 48; j++)
+		EXPECT_EQ(static_cast<uint32_t>(MRN_REASON_CLEAR), e.reason);
+		EXPECT_EQ(0u, e.flags);
+		for (int j = MRN_DIRTY_ENTRY_SIZE_VER2; j < 48; j++)
 			EXPECT_EQ(0, buf[i * 48 + j]);
 	}
 	EXPECT_EQ(0xAA, buf[2 * 48]); // beyond count: untouched
+}
+
+// A program built for the first layout (32-byte entries) gets entries
+// without a reason, packed as before.
+TEST(Drain, FirstLayoutHasNoReason)
+{
+	Ctx c;
+	ASSERT_TRUE(c.ok());
+	const size_t ps = page_size();
+	Map m(2 * ps);
+	ASSERT_GT(c.reg(m.get(), ps, 11), 0);
+	ASSERT_GT(c.reg(m.get() + ps, ps, 12), 0);
+	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
+	std::vector<unsigned char> buf(3 * MRN_DIRTY_ENTRY_SIZE_VER1, 0xAA);
+	mrn_drain d;
+	memset(&d, 0, sizeof(d));
+	d.size = sizeof(d);
+	d.entries = reinterpret_cast<uintptr_t>(buf.data());
+	d.capacity = 3;
+	d.entry_size = MRN_DIRTY_ENTRY_SIZE_VER1;
+	ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
+	ASSERT_EQ(2u, d.count);
+	std::set<uint64_t> cookies;
+	for (int i = 0; i < 2; i++) {
+		uint64_t cookie;
+		memcpy(&cookie, &buf[i * MRN_DIRTY_ENTRY_SIZE_VER1], sizeof(cookie));
+		cookies.insert(cookie);
+	}
+	EXPECT_EQ((std::set<uint64_t>{11, 12}), cookies);
+	EXPECT_EQ(0xAA, buf[2 * MRN_DIRTY_ENTRY_SIZE_VER1]); // beyond count: untouched
 }
 
 // Independent as long as one change marks no more than a callback's

@@ -629,4 +629,46 @@ TEST_F(Unmap, ProtocolHoldsUnderRacingRemaps)
 	EXPECT_GT(clean, 10);
 }
 
+// DRAIN says why: the core mm's reason for the change, and whether the
+// mark was deferred beyond one callback's budget.
+TEST_F(Unmap, DrainSaysWhy)
+{
+	const size_t ps = page_size();
+	auto reason_of = [&](void (*change)(char *, size_t)) {
+		Map m(2 * ps);
+		m.touch();
+		EXPECT_GT(c.reg(m.get(), ps), 0);
+		change(m.get(), ps);
+		auto e = c.drain();
+		EXPECT_EQ(1u, e.size());
+		if (e.size() != 1)
+			return std::make_pair(~0u, ~0u);
+		return std::make_pair(e[0].reason, e[0].flags);
+	};
+	using R = std::pair<uint32_t, uint32_t>;
+	EXPECT_EQ(R(MRN_REASON_UNMAP, 0), reason_of([](char *p, size_t n) { munmap(p, n); }));
+	EXPECT_EQ(R(MRN_REASON_CLEAR, 0),
+		  reason_of([](char *p, size_t n) { madvise(p, n, MADV_DONTNEED); }));
+	EXPECT_EQ(R(MRN_REASON_UNMAP, 0), reason_of([](char *p, size_t n) {
+			  mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+			       -1, 0);
+		  }));
+
+	// Beyond the budget: the first marks in the callback, the rest by DRAIN.
+	Map m(ps);
+	m.touch();
+	const int n = 3 * static_cast<int>(mrn::kMarkBudget);
+	for (int i = 0; i < n; i++)
+		ASSERT_GT(c.reg(m.get(), ps, i), 0);
+	ASSERT_EQ(0, madvise(m.get(), ps, MADV_DONTNEED));
+	auto e = c.drain();
+	ASSERT_EQ(static_cast<size_t>(n), e.size());
+	long deferred = 0;
+	for (const auto &d : e) {
+		EXPECT_EQ(static_cast<uint32_t>(MRN_REASON_CLEAR), d.reason);
+		deferred += (d.flags & MRN_ENTRY_DEFERRED) != 0;
+	}
+	EXPECT_EQ(n - mrn::kMarkBudget, deferred);
+}
+
 } // namespace

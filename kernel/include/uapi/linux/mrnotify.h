@@ -110,14 +110,46 @@ struct mrn_unregister {
  * @id: its id, stale from now on
  * @addr: the start of its range
  * @length: the length of its range
+ * @reason: why its pages may have been replaced: MRN_REASON_*, the core
+ *	mm's reason for the change; 0 (MRN_REASON_UNKNOWN) from a module that
+ *	does not say (before reasons, which zero-fills the field)
+ * @flags: MRN_ENTRY_*
+ *
+ * DRAIN writes the first @entry_size bytes of this layout and zeroes the
+ * rest of each slot: entry_size 32 (MRN_DIRTY_ENTRY_SIZE_VER1) gets no
+ * reason, 40 (VER2) gets it.
  */
 struct mrn_dirty_entry {
 	__aligned_u64 cookie;
 	__aligned_u64 id;
 	__aligned_u64 addr;
 	__aligned_u64 length;
+	__u32 reason;
+	__u32 flags;
 };
 #define MRN_DIRTY_ENTRY_SIZE_VER1	32
+#define MRN_DIRTY_ENTRY_SIZE_VER2	40
+
+/* mrn_dirty_entry.reason: the core mm's reason for the change. */
+#define MRN_REASON_UNKNOWN	0	/* the module did not say */
+#define MRN_REASON_UNMAP	1	/* munmap, mremap, brk, shmdt, MAP_FIXED over it */
+#define MRN_REASON_CLEAR	2	/* zap: madvise, truncate, hole punch, COW break,
+					 * reclaim, migration, THP split or collapse, KSM */
+#define MRN_REASON_RELEASE	3	/* the address space ended (exit, exec) */
+#define MRN_REASON_MIGRATE	4	/* device memory migration */
+#define MRN_REASON_EXCLUSIVE	5	/* device exclusive access */
+#define MRN_REASON_PROTECTION	6	/* a protection change that may move pages */
+#define MRN_REASON_OTHER	7	/* a reason newer than the module */
+
+/* mrn_dirty_entry.flags */
+/* Registered while the change ran: marked at the change's end. */
+#define MRN_ENTRY_AT_END	(1U << 0)
+/*
+ * The change had more registrations than one notifier callback marks; this
+ * one was marked by DRAIN, against the change's range, which may have been
+ * merged with other such ranges (then the registration may not have met it).
+ */
+#define MRN_ENTRY_DEFERRED	(1U << 1)
 
 /**
  * struct mrn_drain - MRN_IOC_DRAIN: take invalidated registrations
@@ -125,7 +157,8 @@ struct mrn_dirty_entry {
  * @flags: in: none defined, must be 0
  * @entries: in: user pointer to @capacity entries of @entry_size bytes
  * @capacity: in: the number of entries at @entries
- * @entry_size: in: sizeof(struct mrn_dirty_entry), >= 32
+ * @entry_size: in: sizeof(struct mrn_dirty_entry): 40, or 32 without the
+ *	reason; any multiple of 8 from 32 to the page size
  * @count: out: the entries written
  * @out_flags: out: MRN_DRAIN_MORE
  * @generation: out: the generation when the batch was taken
