@@ -110,6 +110,48 @@ module_param_cb(max_user_contexts, &mrn_param_max_ops,
 MODULE_PARM_DESC(max_user_contexts,
 		 "Open contexts per user and user namespace across all processes (default 4096)");
 
+/* Validity words a page holds, and the pages that hold them all. */
+#define MRN_VALID_PER_PAGE	(PAGE_SIZE / sizeof(u32))
+#define MRN_VALID_PAGES		DIV_ROUND_UP(MRN_VALIDITY_SLOTS, MRN_VALID_PER_PAGE)
+
+/*
+ * The page of validity words with number @index, allocated (zeroed:
+ * every word invalid, charged) if @alloc and absent. NULL when absent and
+ * not allocated.
+ */
+static struct page *mrn_valid_page(struct mrn_ctx *ctx, unsigned long index,
+				   bool alloc)
+{
+	struct page *page = xa_load(&ctx->valid_pages, index), *old;
+
+	if (page || !alloc)
+		return page;
+	page = alloc_page(MRN_GFP_USER | __GFP_ZERO);
+	if (!page)
+		return NULL;
+	old = xa_cmpxchg(&ctx->valid_pages, index, NULL, page, MRN_GFP_USER);
+	if (!old)
+		return page;
+	__free_page(page);
+	/* Another fault or REGISTER put it there first, or no memory. */
+	return xa_is_err(old) ? NULL : old;
+}
+
+void mrn_valid_set(struct mrn_ctx *ctx, u32 slot, u32 word)
+{
+	struct page *page;
+	u32 *words;
+
+	if (slot >= MRN_VALIDITY_SLOTS)
+		return;
+	/* Absent: no word was ever valid there, and a fault maps zeros. */
+	page = mrn_valid_page(ctx, slot / MRN_VALID_PER_PAGE, false);
+	if (!page)
+		return;
+	words = page_address(page);
+	WRITE_ONCE(words[slot % MRN_VALID_PER_PAGE], word);
+}
+
 /* Free a registration that is in no index, and uncharge its user. */
 static void mrn_free_reg(struct mrn_ctx *ctx, struct mrn_reg *reg)
 {
@@ -229,6 +271,7 @@ static bool mrn_unlink(struct mrn_ctx *ctx, struct mrn_reg *reg)
 			    mrn_free_entry(gen, ctx->free_slot), 0);
 	if (!retire)
 		ctx->free_slot = slot;
+	mrn_valid_set(ctx, slot, 0);
 	dirty = reg->dirty;
 	if (dirty)
 		ctx->nr_dirty--;
@@ -287,10 +330,12 @@ static int mrn_open(struct inode *inode, struct file *file)
 		goto out_uncharge;
 	ctx->status = page_address(ctx->status_page);
 	ctx->status->abi_version = MRN_ABI_VERSION;
+	ctx->status->features = MRN_FEATURE_VALIDITY;
 	mutex_init(&ctx->mutex);
 	mutex_init(&ctx->drain_mutex);
 	init_waitqueue_head(&ctx->waiters);
 	xa_init_flags(&ctx->regs, XA_FLAGS_ACCOUNT);
+	xa_init_flags(&ctx->valid_pages, XA_FLAGS_ACCOUNT);
 	ctx->max_regs = READ_ONCE(mrn_max_registrations);
 	/*
 	 * The mm's notifier, shared with its other contexts; once attached,
@@ -371,6 +416,9 @@ static int mrn_release(struct inode *inode, struct file *file)
 	 */
 	mrn_mm_detach(ctx->mn, ctx);
 	xa_destroy(&ctx->regs);
+	xa_for_each(&ctx->valid_pages, slot, entry)
+		__free_page(entry);
+	xa_destroy(&ctx->valid_pages);
 	mrn_mm_put(ctx->mn);
 
 	mmdrop(ctx->mm);
@@ -384,10 +432,29 @@ static int mrn_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/* A page of validity words, on first touch (see mrn_mmap()). */
+static vm_fault_t mrn_valid_fault(struct vm_fault *vmf)
+{
+	struct mrn_ctx *ctx = vmf->vma->vm_file->private_data;
+	struct page *page;
+
+	page = mrn_valid_page(ctx, vmf->pgoff - 1, true);
+	if (!page)
+		return VM_FAULT_OOM;
+	return vmf_insert_pfn(vmf->vma, vmf->address, page_to_pfn(page));
+}
+
+static const struct vm_operations_struct mrn_valid_vm_ops = {
+	.fault = mrn_valid_fault,
+};
+
 /**
- * mrn_mmap - map the status page read-only into its owner
+ * mrn_mmap - map the status page or the validity words read-only into
+ * their owner
  * @file: a context's file
- * @vma: one page at offset 0, shared, neither writable nor executable
+ * @vma: shared, neither writable nor executable; at offset 0, the status
+ *	page (one page); from offset 1, pages of validity words (up to
+ *	MRN_VALIDITY_SLOTS of them), each allocated when first touched
  *
  * The mapping can never be made writable (VM_MAYWRITE is cleared) and is
  * not inherited by fork (VM_DONTCOPY).
@@ -398,10 +465,13 @@ static int mrn_release(struct inode *inode, struct file *file)
 static int mrn_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct mrn_ctx *ctx = file->private_data;
+	unsigned long pages = vma_pages(vma);
 
 	if (current->mm != ctx->mm)
 		return -EIO;
-	if (vma->vm_pgoff != 0 || vma->vm_end - vma->vm_start != PAGE_SIZE)
+	if (vma->vm_pgoff == 0 ? pages != 1 :
+	    vma->vm_pgoff > MRN_VALID_PAGES ||
+	    pages > MRN_VALID_PAGES + 1 - vma->vm_pgoff)
 		return -EINVAL;
 	/* MAP_SHARED only: a private copy of a counter is meaningless. */
 	if (!(vma->vm_flags & VM_MAYSHARE))
@@ -412,15 +482,19 @@ static int mrn_mmap(struct file *file, struct vm_area_struct *vma)
 	/*
 	 * Clearing VM_MAYWRITE makes mprotect(PROT_WRITE) fail with EACCES,
 	 * and FOLL_FORCE writes fail too. VM_DONTCOPY: a child has its own mm
-	 * and no business with this counter. remap_pfn_range() adds VM_IO and
-	 * VM_PFNMAP, so get_user_pages() and madvise(MADV_DOFORK) refuse it.
-	 * Not vm_insert_page(): with it, a context opened inside a memory
-	 * cgroup could not be set up on 5.10 (the memcg stress test), most
-	 * likely because 5.10 marks a charged page with a page type
-	 * (PageKmemcg), which vm_insert_page() refuses.
+	 * and no business with this counter. remap_pfn_range() and the fault
+	 * below map by pfn (VM_IO and VM_PFNMAP), so get_user_pages() and
+	 * madvise(MADV_DOFORK) refuse it. Not vm_insert_page(): with it, a
+	 * context opened inside a memory cgroup could not be set up on 5.10
+	 * (the memcg stress test), most likely because 5.10 marks a charged
+	 * page with a page type (PageKmemcg), which vm_insert_page() refuses.
 	 */
-	mrn_vm_flags_mod(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
-			 VM_MAYWRITE | VM_MAYEXEC);
+	mrn_vm_flags_mod(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP |
+			 VM_IO | VM_PFNMAP, VM_MAYWRITE | VM_MAYEXEC);
+	if (vma->vm_pgoff) {
+		vma->vm_ops = &mrn_valid_vm_ops;
+		return 0;
+	}
 	return remap_pfn_range(vma, vma->vm_start,
 			       page_to_pfn(ctx->status_page), PAGE_SIZE,
 			       vma->vm_page_prot);
@@ -524,6 +598,12 @@ static long mrn_ioctl_register(struct mrn_ctx *ctx,
 	ret = mrn_slot_take(ctx, reg);
 	if (ret)
 		goto out_unlock;
+	/*
+	 * Without its page the slot's word stays invalid (zero), which costs
+	 * a hit only a DRAIN, never a stale use: not worth failing for.
+	 */
+	if ((u32)reg->id < MRN_VALIDITY_SLOTS)
+		mrn_valid_page(ctx, (u32)reg->id / MRN_VALID_PER_PAGE, true);
 	xa_lock(&ctx->regs);
 	ctx->nr_regs++;
 	xa_unlock(&ctx->regs);

@@ -188,6 +188,12 @@ struct mrn_ctx {
 	 * Its xa_lock also guards the marks, generation and nr_dirty.
 	 */
 	struct xarray regs;
+	/*
+	 * Page number -> page of validity words (MRN_VALIDITY_SLOTS words),
+	 * allocated when a slot or a fault first needs it. A word is written
+	 * under mrn_mm->lock (mrn_watch) or the regs xa_lock (marks, unlink).
+	 */
+	struct xarray valid_pages;
 	u32 free_slot;			/* mutex and xa_lock: 0 for none */
 	u32 top_slot;			/* mutex: the highest slot in use yet */
 	u32 max_regs;			/* max_registrations at open time */
@@ -248,6 +254,9 @@ static inline void mrn_count_add(enum mrn_counter c, u64 n)
  * call: the per-event bound, observable.
  */
 void mrn_note_callback(u64 hold_ns, unsigned int marks);
+
+/* mrn_dev.c: the validity word of @slot, see MRN_VALIDITY_SLOTS. */
+void mrn_valid_set(struct mrn_ctx *ctx, u32 slot, u32 word);
 
 /* mrn_dev.c: module parameters and test knobs the other parts read. */
 extern bool mrn_trust_newer_kernel;

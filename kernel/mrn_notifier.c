@@ -142,6 +142,7 @@ static void mrn_mark_dirty(struct mrn_reg *reg, struct mrn_cause cause)
 		       cause.reason, cause.flags);
 	/* Setting a mark never allocates: the entry exists. */
 	__xa_set_mark(&ctx->regs, (u32)reg->id, MRN_MARK_DIRTY);
+	mrn_valid_set(ctx, (u32)reg->id, 0);
 	ctx->nr_dirty++;
 	mrn_publish_locked(ctx);
 	xa_unlock(&ctx->regs);
@@ -231,6 +232,8 @@ static void mrn_defer(struct mrn_mm *m, unsigned long start,
 	trace_mrn_defer(m, start, last, reason, merged);
 	list_for_each_entry(ctx, &m->ctxs, mm_link) {
 		xa_lock(&ctx->regs);
+		/* Before the generation: its words are not exact any more. */
+		WRITE_ONCE(ctx->status->deferred, ctx->status->deferred + 1);
 		mrn_publish_locked(ctx);
 		xa_unlock(&ctx->regs);
 		mrn_wake(ctx);
@@ -444,6 +447,8 @@ void mrn_watch(struct mrn_ctx *ctx, struct mrn_reg *reg)
 		mrn_mm_settle(m);
 		spin_lock(&m->lock);
 	}
+	/* Valid before a change can find it: its mark clears the word. */
+	mrn_valid_set(ctx, (u32)reg->id, MRN_VALID_WORD(reg->id));
 	interval_tree_insert(&reg->node, &m->clean);
 	spin_unlock(&m->lock);
 }

@@ -2,7 +2,9 @@
 // mrnotify.ko: the device, the status page, the ioctl ABI and its errnos.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,7 +81,8 @@ TEST(StatusPage, StartsAtZeroWithAbiVersion)
 	ASSERT_TRUE(c.ok());
 	EXPECT_EQ(0u, c.gen());
 	EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), c.status()->abi_version);
-	EXPECT_EQ(0u, c.status()->reserved);
+	EXPECT_EQ(static_cast<uint32_t>(MRN_FEATURE_VALIDITY), c.status()->features);
+	EXPECT_EQ(0u, c.status()->deferred);
 	mrn_query q = c.query();
 	EXPECT_EQ(static_cast<uint32_t>(MRN_ABI_VERSION), q.abi_version);
 }
@@ -101,9 +104,12 @@ TEST(StatusPage, WritableOrExecutableMappingRefused)
 	errno = 0;
 	EXPECT_EQ(MAP_FAILED, mmap(nullptr, 2 * ps, PROT_READ, MAP_SHARED, c.fd(), 0));
 	EXPECT_EQ(EINVAL, errno);
+	// From the second page on are the validity words (Validity.*), up to
+	// MRN_VALIDITY_SLOTS of them; nothing beyond.
+	const size_t beyond = ps + ((4 * size_t{MRN_VALIDITY_SLOTS} + ps - 1) / ps) * ps;
 	errno = 0;
 	EXPECT_EQ(MAP_FAILED,
-		  mmap(nullptr, ps, PROT_READ, MAP_SHARED, c.fd(), static_cast<off_t>(ps)));
+		  mmap(nullptr, ps, PROT_READ, MAP_SHARED, c.fd(), static_cast<off_t>(beyond)));
 	EXPECT_EQ(EINVAL, errno);
 }
 
@@ -425,6 +431,114 @@ TEST(Trace, ARegistrationsLifeIsTraced)
 	EXPECT_EQ(1, marks) << all;
 	EXPECT_EQ(1, drains) << all;
 	EXPECT_EQ(1, unregisters) << all;
+}
+
+// The validity words: one per slot, valid while its registration is live
+// and clean, changed before the generation moves when it is not.
+class Validity : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		ASSERT_TRUE(c.ok());
+		len = 4 * MRN_VALIDITY_SLOTS;
+		void *p = mmap(nullptr, len, PROT_READ, MAP_SHARED, c.fd(), page_size());
+		ASSERT_NE(MAP_FAILED, p) << strerror(errno);
+		words = static_cast<const uint32_t *>(p);
+	}
+	void TearDown() override
+	{
+		if (words)
+			munmap(const_cast<uint32_t *>(words), len);
+	}
+	bool valid(int64_t id) const
+	{
+		const uint32_t w =
+			__atomic_load_n(&words[static_cast<uint32_t>(id)], __ATOMIC_ACQUIRE);
+		return w == MRN_VALID_WORD(static_cast<uint64_t>(id));
+	}
+	Ctx c;
+	size_t len = 0;
+	const uint32_t *words = nullptr;
+};
+
+TEST_F(Validity, AnInvalidationChangesOnlyItsRegistrationsWord)
+{
+	const size_t ps = page_size();
+	Map m(3 * ps);
+	m.touch();
+	std::vector<int64_t> ids;
+	for (int i = 0; i < 3; i++) {
+		ids.push_back(c.reg(m.get() + i * ps, ps, i));
+		ASSERT_GT(ids.back(), 0);
+		EXPECT_TRUE(valid(ids.back())) << i;
+	}
+	ASSERT_EQ(0, madvise(m.get() + ps, ps, MADV_DONTNEED));
+	EXPECT_EQ(1u, c.gen());
+	EXPECT_EQ(0u, c.status()->deferred);
+	EXPECT_TRUE(valid(ids[0]));
+	EXPECT_FALSE(valid(ids[1]));
+	EXPECT_TRUE(valid(ids[2]));
+	EXPECT_EQ(1u, c.drain().size());
+	// Unregistered: its word goes; the slot's next registration has its own.
+	ASSERT_EQ(0, c.unreg(static_cast<uint64_t>(ids[2])));
+	EXPECT_FALSE(valid(ids[2]));
+	const int64_t again = c.reg(m.get() + 2 * ps, ps, 9);
+	ASSERT_GT(again, 0);
+	EXPECT_EQ(static_cast<uint32_t>(ids[2]) == static_cast<uint32_t>(again), true);
+	EXPECT_TRUE(valid(again));
+	EXPECT_FALSE(valid(ids[2]));
+}
+
+// Registrations a callback left to DRAIN keep a valid word until DRAIN
+// (or QUERY) marks them: the deferred counter says so first.
+TEST_F(Validity, DeferredMarksMoveTheDeferredCounterFirst)
+{
+	Map m(page_size());
+	m.touch();
+	const int n = 3 * static_cast<int>(mrn::kMarkBudget);
+	std::vector<int64_t> ids;
+	for (int i = 0; i < n; i++) {
+		ids.push_back(c.reg(m.get(), page_size(), i));
+		ASSERT_GT(ids.back(), 0);
+	}
+	ASSERT_EQ(0, madvise(m.get(), page_size(), MADV_DONTNEED));
+	EXPECT_EQ(1u, c.status()->deferred);
+	int still_valid = 0;
+	for (int64_t id : ids)
+		still_valid += valid(id);
+	EXPECT_EQ(n - mrn::kMarkBudget, still_valid);
+	c.query(); // resolves the deferred range
+	for (int64_t id : ids)
+		EXPECT_FALSE(valid(id));
+	EXPECT_EQ(static_cast<size_t>(n), c.drain().size());
+}
+
+TEST_F(Validity, MappingRules)
+{
+	const size_t ps = page_size();
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd(), ps));
+	EXPECT_EQ(EPERM, errno);
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, ps, PROT_READ, MAP_PRIVATE, c.fd(), ps));
+	EXPECT_EQ(EINVAL, errno);
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(nullptr, len + ps, PROT_READ, MAP_SHARED, c.fd(), ps));
+	EXPECT_EQ(EINVAL, errno) << "beyond the last word";
+	EXPECT_EQ(EACCES, mprotect(const_cast<uint32_t *>(words), ps, PROT_READ | PROT_WRITE)
+				  ? errno
+				  : 0);
+	// Not inherited: the child has no mapping there.
+	pid_t pid = fork();
+	if (pid == 0) {
+		unsigned char vec = 0;
+		_exit(mincore(const_cast<uint32_t *>(words), ps, &vec) == -1 && errno == ENOMEM
+			      ? 0
+			      : 1);
+	}
+	int st = 0;
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 // --- malformed ioctls ------------------------------------------------------

@@ -54,7 +54,10 @@
  *	Never decreases. Read it with one 64-bit acquire load (e.g.
  *	__atomic_load_n(&st->generation, __ATOMIC_ACQUIRE)).
  * @abi_version: MRN_ABI_VERSION of the running module
- * @reserved: zero
+ * @features: MRN_FEATURE_* (0 from a module before features)
+ * @deferred: increases by one, before @generation, each time a change
+ *	left marks to the next DRAIN: while it has not moved since it was
+ *	read before a DRAIN, the validity words are exact
  *
  * mmap(NULL, page size, PROT_READ, MAP_SHARED, fd, 0). The kernel writes it;
  * it never reads it back.
@@ -62,8 +65,28 @@
 struct mrn_status {
 	__aligned_u64 generation;
 	__u32 abi_version;
-	__u32 reserved;
+	__u32 features;
+	__aligned_u64 deferred;
 };
+
+/* The validity words are there (see MRN_VALIDITY_SLOTS). */
+#define MRN_FEATURE_VALIDITY	(1U << 0)
+
+/*
+ * The validity words: mmap(NULL, len, PROT_READ, MAP_SHARED, fd, page size)
+ * maps, from the file's second page on, one __u32 per slot (the low 32 bits
+ * of an id), slot 0 first, for the slots below MRN_VALIDITY_SLOTS (len at
+ * most 4 * MRN_VALIDITY_SLOTS, rounded up to pages). A slot's word is
+ * MRN_VALID_WORD(id) while the registration with that id is live and clean;
+ * it changes, before the generation moves, when that registration becomes
+ * dirty or goes. So a cache that finds the generation moved may still use
+ * an entry whose word is valid, without a DRAIN, as long as @deferred has
+ * not moved since it read it before its last DRAIN (registrations owed a
+ * deferred mark keep a valid word until a DRAIN makes the mark). Read each
+ * word with an acquire load.
+ */
+#define MRN_VALIDITY_SLOTS	(1U << 20)
+#define MRN_VALID_WORD(id)	((__u32)((id) >> 32) | 0x80000000U)
 
 /**
  * struct mrn_register - MRN_IOC_REGISTER: watch [addr, addr + length)
