@@ -55,14 +55,23 @@ def no_read_section(record):
 PARTS = {
     # The per-thread hit counter behind mrn_stats.
     "statistics": [(CACHE_H,
-                    "h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);",
-                    "(void)h;")],
+                    "h.n.store(h.n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);\n"
+                    "\t\tif (by_word)\n"
+                    "\t\t\th.by_word.store(h.by_word.load(std::memory_order_relaxed) + 1,\n"
+                    "\t\t\t\t\tstd::memory_order_relaxed);",
+                    "(void)h, (void)by_word;")],
     # The check that the cache has seen every invalidation (a hit after
     # an unmap would return the stale entry).
     "generation": [(CACHE_H,
                     "if (load_generation(gen_ptr_.load(std::memory_order_relaxed)) !=\n"
-                    "\t\t\t    seen_gen_.load(std::memory_order_relaxed))",
-                    "if (false)")],
+                    "\t\t\t    seen_gen_.load(std::memory_order_relaxed))\n"
+                    "\t\t\t\treturn nullptr;",
+                    "")],
+    # The entry's own validity word once the generation moved (#47), on
+    # the way from a hit that found the generation moved to the slow path:
+    # the library before it went straight to the slow path and drained.
+    "words": [(CACHE_H, "return get_not_fresh(s, e, access, arg, out);",
+               "return get_slow(s, e, access, arg, out);")],
     # The LRU stamp a put leaves (eviction order).
     "lru": [(CACHE_H, "const uint32_t stamp = lru_stamp();", "const uint32_t stamp = 0;")],
     # Per-thread reference deltas: every get and put an atomic add on the

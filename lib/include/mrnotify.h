@@ -74,7 +74,7 @@ extern "C" {
  * change; the soname (libmrnotify.so.0) and the symbol node (MRNOTIFY_1)
  * change only as docs/libmrnotify.md ("Versions") says.
  */
-#define MRN_API_VERSION 7
+#define MRN_API_VERSION 8
 
 typedef struct mrn_cache mrn_cache_t;
 typedef struct mrn_entry mrn_entry_t;
@@ -239,6 +239,10 @@ struct mrn_stats {
 	/* API 7: monitors none and external (mrn_report_unmap). */
 	uint64_t hook_reports;   /* unmaps reported and queued */
 	uint64_t hook_overflows; /* ... that found the queue full: merged (2 MiB granules) */
+	/* API 8: the kernel's validity word per registration. */
+	uint64_t valid_word_hits; /* hits (counted in hits too) served by the entry's own
+				   * validity word while something else had become invalid:
+				   * each a drain not made */
 };
 
 /*
@@ -253,7 +257,8 @@ struct mrn_stats {
 	X(misses) X(access_upgrades) X(evictions) X(invalidations) X(drains) X(retries)            \
 		X(register_failures) X(pinned_bytes) X(entries) X(idle_entries) X(in_use_detached) \
 			X(uncached) X(merges) X(drain_failures) X(fork_advice_failures)            \
-				X(uffd_ranges) X(uffd_out_of_budget) X(hook_reports) X(hook_overflows)
+				X(uffd_ranges) X(uffd_out_of_budget) X(hook_reports) X(hook_overflows) \
+					X(valid_word_hits)
 
 /*
  * Fills *stats. size is sizeof(struct mrn_stats) as the caller was built;

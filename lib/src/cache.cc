@@ -124,7 +124,8 @@ public:
 			return;
 		}
 		// The kernel dropped its registration when it reported it.
-		x->watch_id = 0;
+		// Hits read it (the word check) without the writer mutex.
+		__atomic_store_n(&x->watch_id, 0, __ATOMIC_RELAXED);
 		x->flags &= uint8_t(~Entry::kWatched);
 		condemn(x);
 	}
@@ -224,6 +225,7 @@ int Cache::open_monitor(Writer &)
 	const uint64_t *gen = monitor_->generation();
 	seen_gen_.store(load_generation(gen), std::memory_order_relaxed);
 	gen_ptr_.store(gen, std::memory_order_release);
+	use_words(*monitor_);
 	log(1, "cache %s: monitor %s: %s; leave_pinned %s; fork %s%s", name_.c_str(),
 	    mrn_monitor_to_string(monitor_kind_), why.c_str(), keep_idle_ ? "on" : "off",
 	    mrn_fork_policy_to_string(fork_policy_),
@@ -287,6 +289,8 @@ void Cache::fork_child()
 	forked_ = true;
 	seen_gen_.store(0, std::memory_order_relaxed);
 	gen_ptr_.store(&kForkedGeneration, std::memory_order_relaxed);
+	// The parent's words are not mapped here (VM_DONTCOPY).
+	words_.store(nullptr, std::memory_order_relaxed);
 	lock_.writer_mutex().unlock();
 }
 
@@ -320,7 +324,16 @@ void Cache::check_fork(Writer &w)
 		keep_idle_ = false;
 		gen_ptr_.store(monitor_->generation(), std::memory_order_release);
 		seen_gen_.store(load_generation(monitor_->generation()), std::memory_order_relaxed);
+		use_words(*monitor_);
 	}
+}
+
+void Cache::use_words(const Monitor &m)
+{
+	const uint64_t *deferred = m.deferred_word();
+	seen_deferred_.store(deferred ? load_generation(deferred) : 0, std::memory_order_relaxed);
+	deferred_ptr_.store(deferred, std::memory_order_relaxed);
+	words_.store(deferred ? m.validity_words() : nullptr, std::memory_order_release);
 }
 
 // --- invalidation ------------------------------------------------------------------------
@@ -340,7 +353,13 @@ int Cache::sync(Writer &w)
 		return 0;
 	DrainSink sink(*this);
 	uint64_t gen = 0;
+	// Read before the drain: a deferral after this point moves it past
+	// the value kept, so hits do not trust the words until the next drain.
+	const uint64_t *deferred = deferred_ptr_.load(std::memory_order_relaxed);
+	const uint64_t deferred_before = deferred ? load_generation(deferred) : 0;
 	const int rc = monitor_->drain(sink, &gen);
+	if (rc == 0)
+		seen_deferred_.store(deferred_before, std::memory_order_relaxed);
 	st_.drains++;
 	if (rc < 0) {
 		st_.drain_failures++;
@@ -429,6 +448,26 @@ int Cache::find(void *addr, size_t len, Entry **out)
 	x->refs.fetch_add(1, std::memory_order_relaxed);
 	*out = x;
 	return 0;
+}
+
+int Cache::get_not_fresh(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry **out)
+{
+	Entry *x = lock_.read([this, s, e, access](const auto &section) -> Entry * {
+		const uint32_t *words = valid_words();
+		if (!words || load_generation(gen_ptr_.load(std::memory_order_relaxed)) ==
+				      seen_gen_.load(std::memory_order_relaxed))
+			return nullptr;
+		Entry *c = find_for(s, e, access);
+		if (!c || !valid_by_word(words, __atomic_load_n(&c->watch_id, __ATOMIC_RELAXED)))
+			return nullptr;
+		take_hit(section, c, true);
+		return c;
+	});
+	if (x) {
+		*out = x;
+		return 0;
+	}
+	return get_slow(s, e, access, arg, out);
 }
 
 // A miss: plan what to register, prepare the entry (advice, watch, room),
@@ -990,8 +1029,10 @@ void Cache::stats(Writer &, mrn_stats *o)
 	// st_ holds the writers' counts (hits: those made under the writer
 	// mutex); the rest is counted here.
 	*o = st_;
-	for (const auto &h : hits_)
+	for (const auto &h : hits_) {
 		o->hits += h.n.load(std::memory_order_relaxed);
+		o->valid_word_hits += h.by_word.load(std::memory_order_relaxed);
+	}
 	o->pinned_bytes = pinned_bytes_;
 	o->entries = index_.size();
 	index_.for_each([&](Entry *x) {

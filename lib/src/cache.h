@@ -64,22 +64,16 @@ public:
 			if (load_generation(gen_ptr_.load(std::memory_order_relaxed)) !=
 			    seen_gen_.load(std::memory_order_relaxed))
 				return nullptr;
-			Entry *c = index_.find_covering(s, e, [access](const Entry *y) {
-				return (y->access & access) == access;
-			});
-			if (c) {
-				if (!keep_idle_ || !section.owns_record() ||
-				    !deltas_.get(section.index(), c))
-					c->refs.fetch_add(1, std::memory_order_relaxed);
-				count_hit(section.index());
-			}
+			Entry *c = find_for(s, e, access);
+			if (c)
+				take_hit(section, c, false);
 			return c;
 		});
 		if (x) {
 			*out = x;
 			return 0;
 		}
-		return get_slow(s, e, access, arg, out);
+		return get_not_fresh(s, e, access, arg, out);
 	}
 
 	MRN_HOT_INLINE void put(Entry *x)
@@ -159,13 +153,46 @@ private:
 		*e = (a + len + page_mask_) & ~page_mask_;
 		return true;
 	}
-	MRN_HOT_INLINE void count_hit(unsigned idx)
+	// The validity words while they may be trusted: the monitor has them
+	// and no change left marks to a drain since the one before the last
+	// drain. Null otherwise (and in a forked child, whose parent's words
+	// are not mapped).
+	MRN_HOT_INLINE Entry *find_for(uintptr_t s, uintptr_t e, uint32_t access)
+	{
+		return index_.find_covering(
+			s, e, [access](const Entry *y) { return (y->access & access) == access; });
+	}
+	template <class Section>
+	MRN_HOT_INLINE void take_hit(const Section &section, Entry *c, bool by_word)
+	{
+		if (!keep_idle_ || !section.owns_record() || !deltas_.get(section.index(), c))
+			c->refs.fetch_add(1, std::memory_order_relaxed);
+		count_hit(section.index(), by_word);
+	}
+	// Not a hit: either a miss, or something became invalid since the
+	// last drain; then the entry's own validity word may still say it
+	// was not this one, and it is a hit without a drain. Else get_slow().
+	int get_not_fresh(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry **out);
+	// Points the word check at the monitor's words (or at none).
+	void use_words(const Monitor &m);
+	const uint32_t *valid_words() const
+	{
+		const uint32_t *words = words_.load(std::memory_order_relaxed);
+		if (!words || load_generation(deferred_ptr_.load(std::memory_order_relaxed)) !=
+				      seen_deferred_.load(std::memory_order_relaxed))
+			return nullptr;
+		return words;
+	}
+	MRN_HOT_INLINE void count_hit(unsigned idx, bool by_word)
 	{
 		// Each thread owns its counter's line: a plain increment, no
 		// locked instruction (threads beyond the record table share one
 		// and may lose counts, which only statistics would notice).
-		auto &h = hits_[idx].n;
-		h.store(h.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+		auto &h = hits_[idx];
+		h.n.store(h.n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+		if (by_word)
+			h.by_word.store(h.by_word.load(std::memory_order_relaxed) + 1,
+					std::memory_order_relaxed);
 	}
 	// LRU order: the tick (moved by misses and evictions) first, then the
 	// releasing thread's own sequence (its low 12 bits). Entries released by
@@ -266,6 +293,12 @@ private:
 	alignas(64) std::atomic<const uint64_t *> gen_ptr_{nullptr};
 	std::atomic<uint64_t> seen_gen_{0};
 	bool keep_idle_ = false;
+	// The monitor's validity words and deferral count (both null without
+	// words), and the count read before the last drain.
+	std::atomic<const uint32_t *> words_{nullptr};
+	std::atomic<const uint64_t *> deferred_ptr_{nullptr};
+	std::atomic<uint64_t> seen_deferred_{0};
+
 	// Its table pointer shares the line above (read by hits only).
 	RefDeltas deltas_;
 	RangeIndex index_;
@@ -274,6 +307,9 @@ private:
 
 	struct alignas(64) HitCounter {
 		std::atomic<uint64_t> n{0};
+		// Of those, served by a validity word while the generation had
+		// moved (a drain not made).
+		std::atomic<uint64_t> by_word{0};
 	};
 	HitCounter hits_[kMaxReaderRecords + 1];
 

@@ -6,6 +6,8 @@
 
 #include "mrnotify.h"
 
+#include <linux/mrnotify.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +24,16 @@ namespace mrn {
 inline uint64_t load_generation(const uint64_t *word)
 {
 	return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
+
+// Whether the registration watch() returned `id` for is live and clean by
+// its validity word (acquire: the kernel changes the word before it moves
+// the generation). Slots beyond the words are never valid.
+inline bool valid_by_word(const uint32_t *words, uint64_t id)
+{
+	const uint32_t slot = static_cast<uint32_t>(id);
+	return slot < MRN_VALIDITY_SLOTS &&
+	       __atomic_load_n(&words[slot], __ATOMIC_ACQUIRE) == MRN_VALID_WORD(id);
 }
 
 // What a drain reports: registrations by the cookie given to watch(), or
@@ -49,6 +61,14 @@ public:
 	// The word that moves whenever something became invalid; the cache
 	// compares it (acquire load) with the value its last drain returned.
 	virtual const uint64_t *generation() const = 0;
+
+	// The kernel's validity words (MRN_VALIDITY_SLOTS in
+	// <linux/mrnotify.h>), or nullptr. With them a cache may serve a hit
+	// on an entry whose word is valid while the generation moved, without
+	// a drain, as long as *deferred_word() has not moved since it was
+	// read before the last drain (see valid_by_word()).
+	virtual const uint32_t *validity_words() const { return nullptr; }
+	virtual const uint64_t *deferred_word() const { return nullptr; }
 
 	// Start watching [start, end) (whole pages) for the entry known by
 	// cookie. On success *id is the handle for unwatch(). Returns 0,

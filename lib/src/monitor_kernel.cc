@@ -24,15 +24,23 @@ namespace {
 
 class KernelMonitor final : public Monitor {
 public:
-	KernelMonitor(int fd, const mrn_status *status, size_t map_len)
-	    : fd_(fd), status_(status), map_len_(map_len)
+	KernelMonitor(int fd, const mrn_status *status, size_t map_len, const uint32_t *words,
+		      size_t words_len)
+	    : fd_(fd), status_(status), map_len_(map_len), words_(words), words_len_(words_len)
 	{}
 	~KernelMonitor() override
 	{
 		if (fd_ < 0)
 			return;
+		if (words_)
+			munmap(const_cast<uint32_t *>(words_), words_len_);
 		munmap(const_cast<mrn_status *>(status_), map_len_);
 		close(fd_);
+	}
+	const uint32_t *validity_words() const override { return words_; }
+	const uint64_t *deferred_word() const override
+	{
+		return words_ ? reinterpret_cast<const uint64_t *>(&status_->deferred) : nullptr;
 	}
 
 	mrn_monitor_t kind() const override { return MRN_MONITOR_KERNEL; }
@@ -115,7 +123,22 @@ private:
 	int fd_;
 	const mrn_status *status_;
 	size_t map_len_;
+	const uint32_t *words_;
+	size_t words_len_;
 };
+
+// The validity words, mapped (4 MiB of address space, backed by a page
+// per 1024 slots the kernel has used); nullptr from a module without them,
+// which the cache then never consults.
+const uint32_t *map_validity_words(int fd, const mrn_status *status, size_t page,
+				   size_t *len)
+{
+	if (!(status->features & MRN_FEATURE_VALIDITY))
+		return nullptr;
+	*len = (size_t{MRN_VALIDITY_SLOTS} * sizeof(uint32_t) + page - 1) / page * page;
+	void *p = mmap(nullptr, *len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(page));
+	return p == MAP_FAILED ? nullptr : static_cast<const uint32_t *>(p);
+}
 
 } // namespace
 
@@ -136,7 +159,8 @@ std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 		*why = std::string(MRN_DEVICE_PATH) + ": " + strerror(errno) +
 		       (errno == ENOENT   ? " (is mrnotify.ko loaded?)"
 			: errno == EMFILE ? " (this user's contexts reached "
-					    "/sys/module/mrnotify/parameters/max_user_contexts)"
+					    "/sys/module/mrnotify/parameters/max_user_contexts, "
+					    "or this process holds 64)"
 					  : "");
 		return nullptr;
 	}
@@ -155,10 +179,12 @@ std::unique_ptr<Monitor> make_kernel_monitor(int *err, std::string *why)
 		close(fd);
 		return nullptr;
 	}
+	size_t words_len = 0;
+	const uint32_t *words = map_validity_words(fd, status, len, &words_len);
 	*why = std::string(MRN_DEVICE_PATH) + " is open (the module speaks ABI " +
 	       std::to_string(status->abi_version) + ", this library " +
-	       std::to_string(MRN_ABI_VERSION) + ")";
-	return std::make_unique<KernelMonitor>(fd, status, len);
+	       std::to_string(MRN_ABI_VERSION) + (words ? "; validity words" : "") + ")";
+	return std::make_unique<KernelMonitor>(fd, status, len, words, words_len);
 }
 
 } // namespace mrn

@@ -119,6 +119,44 @@ TEST_F(CacheOnRxe, MadviseDontneedAndMremapAreCaught)
 	munmap(elsewhere, len);
 }
 
+// An invalidation of one entry leaves hits on the others without a drain:
+// each checks its own validity word (the kernel's, per registration) once
+// the generation moved. The entry that was invalidated still misses, and
+// its write arrives. Negative control: a module without validity words
+// (or a library that ignores them) drains at the first hit after the
+// invalidation: drains 1 more, valid_word_hits 0.
+TEST_F(CacheOnRxe, AnInvalidationOfOneEntryLeavesHitsOnTheOthers)
+{
+	VerbsCache cache(rc.pd(), MRN_MONITOR_KERNEL);
+	const size_t len = kPage;
+	char *bufs[3];
+	for (auto &b : bufs) {
+		b = map(nullptr, len);
+		ASSERT_NE(nullptr, b);
+		write_through(cache, b, len, 'a');
+	}
+	const mrn_stats before = cache.stats();
+	ASSERT_EQ(0, madvise(bufs[1], len, MADV_DONTNEED));
+	for (int round = 0; round < 5; round++) {
+		write_through(cache, bufs[0], len, char('b' + round));
+		write_through(cache, bufs[2], len, char('b' + round));
+	}
+	const mrn_stats mid = cache.stats();
+	EXPECT_EQ(before.drains, mid.drains) << "a hit on an untouched entry drained";
+	EXPECT_EQ(10u, mid.valid_word_hits - before.valid_word_hits);
+	EXPECT_EQ(before.misses, mid.misses);
+	std::memset(bufs[1], 0, len);
+	write_through(cache, bufs[1], len, 'z');
+	EXPECT_TRUE(all_are(bufs[1], len, 'z')) << "stale after madvise(DONTNEED)";
+	const mrn_stats after = cache.stats();
+	EXPECT_EQ(mid.drains + 1, after.drains);
+	EXPECT_EQ(mid.misses + 1, after.misses);
+	EXPECT_EQ(before.invalidations + 1, after.invalidations);
+	EXPECT_TRUE(all_are(bufs[0], len, 'f'));
+	for (auto &b : bufs)
+		munmap(b, len);
+}
+
 TEST_F(CacheOnRxe, EverythingIsDeregisteredAtDestroy)
 {
 	VerbsCache cache(rc.pd(), MRN_MONITOR_KERNEL);
