@@ -929,24 +929,32 @@ TEST(Drain, CapacityAndMore)
 	EXPECT_EQ(ids, seen);
 }
 
-TEST(Drain, LargerEntrySizeIsZeroFilled)
+// Two one-page registrations, both invalidated, drained raw with room for
+// three slots of entry_size bytes (0xAA before). The entries written.
+uint32_t drain_two_raw(uint32_t entry_size, std::vector<unsigned char> *buf)
 {
 	Ctx c;
-	ASSERT_TRUE(c.ok());
+	EXPECT_TRUE(c.ok());
 	const size_t ps = page_size();
 	Map m(2 * ps);
-	ASSERT_GT(c.reg(m.get(), ps, 11), 0);
-	ASSERT_GT(c.reg(m.get() + ps, ps, 12), 0);
-	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
-	std::vector<unsigned char> buf(3 * 48, 0xAA);
+	EXPECT_GT(c.reg(m.get(), ps, 11), 0);
+	EXPECT_GT(c.reg(m.get() + ps, ps, 12), 0);
+	EXPECT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
+	buf->assign(3 * entry_size, 0xAA);
 	mrn_drain d;
 	memset(&d, 0, sizeof(d));
 	d.size = sizeof(d);
-	d.entries = reinterpret_cast<uintptr_t>(buf.data());
+	d.entries = reinterpret_cast<uintptr_t>(buf->data());
 	d.capacity = 3;
-	d.entry_size = 48;
-	ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
-	ASSERT_EQ(2u, d.count);
+	d.entry_size = entry_size;
+	EXPECT_EQ(0, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
+	return d.count;
+}
+
+TEST(Drain, LargerEntrySizeIsZeroFilled)
+{
+	std::vector<unsigned char> buf;
+	ASSERT_EQ(2u, drain_two_raw(48, &buf));
 	for (int i = 0; i < 2; i++) {
 		mrn_dirty_entry e;
 		memcpy(&e, &buf[i * 48], sizeof(e));
@@ -963,22 +971,8 @@ TEST(Drain, LargerEntrySizeIsZeroFilled)
 // without a reason, packed as before.
 TEST(Drain, FirstLayoutHasNoReason)
 {
-	Ctx c;
-	ASSERT_TRUE(c.ok());
-	const size_t ps = page_size();
-	Map m(2 * ps);
-	ASSERT_GT(c.reg(m.get(), ps, 11), 0);
-	ASSERT_GT(c.reg(m.get() + ps, ps, 12), 0);
-	ASSERT_EQ(0, madvise(m.get(), m.size(), MADV_DONTNEED));
-	std::vector<unsigned char> buf(3 * MRN_DIRTY_ENTRY_SIZE_VER1, 0xAA);
-	mrn_drain d;
-	memset(&d, 0, sizeof(d));
-	d.size = sizeof(d);
-	d.entries = reinterpret_cast<uintptr_t>(buf.data());
-	d.capacity = 3;
-	d.entry_size = MRN_DIRTY_ENTRY_SIZE_VER1;
-	ASSERT_EQ(0, ioctl(c.fd(), MRN_IOC_DRAIN, &d));
-	ASSERT_EQ(2u, d.count);
+	std::vector<unsigned char> buf;
+	ASSERT_EQ(2u, drain_two_raw(MRN_DIRTY_ENTRY_SIZE_VER1, &buf));
 	std::set<uint64_t> cookies;
 	for (int i = 0; i < 2; i++) {
 		uint64_t cookie;
@@ -1075,15 +1069,7 @@ TEST(Contexts, AtMost64PerProcess)
 		}
 	}
 	EXPECT_EQ(64u, ctxs.size()) << "a context of this process is still open elsewhere?";
-	errno = 0;
-	int fd = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
-	EXPECT_EQ(-1, fd);
-	EXPECT_EQ(EMFILE, errno);
-	if (fd >= 0)
-		close(fd);
-	ctxs.pop_back();
-	Ctx again;
-	EXPECT_TRUE(again.ok());
+	mrn::expect_one_more_open_is_emfile(&ctxs);
 }
 
 } // namespace

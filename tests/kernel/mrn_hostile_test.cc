@@ -86,6 +86,17 @@ long long registration_work(const std::map<std::string, long long> &a,
 	return sum;
 }
 
+// In an attacker's child: become uid 65534 and map the victim's file
+// read-only. The mapping, or nullptr.
+char *attacker_maps(int memfd, size_t len)
+{
+	if (setresgid(kAttackerUid, kAttackerUid, kAttackerUid) ||
+	    setresuid(kAttackerUid, kAttackerUid, kAttackerUid))
+		return nullptr;
+	void *p = mmap(nullptr, len, PROT_READ, MAP_SHARED, memfd, 0);
+	return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
+}
+
 // The attacker: another uid, its own context, K registrations over the
 // whole file. It reports "ready" (1 byte) and, once told, the number of
 // its registrations that are dirty (8 bytes).
@@ -111,11 +122,8 @@ public:
 private:
 	static int run(int memfd, size_t len, long k, int up, int down)
 	{
-		if (setresgid(kAttackerUid, kAttackerUid, kAttackerUid) ||
-		    setresuid(kAttackerUid, kAttackerUid, kAttackerUid))
-			return 10;
-		void *p = mmap(nullptr, len, PROT_READ, MAP_SHARED, memfd, 0);
-		if (p == MAP_FAILED)
+		void *p = attacker_maps(memfd, len);
+		if (!p)
 			return 11;
 		Ctx c;
 		if (!c.ok())
@@ -260,11 +268,8 @@ public:
 private:
 	static int run(int memfd, size_t len, long k, bool control, int up, int down)
 	{
-		if (setresgid(kAttackerUid, kAttackerUid, kAttackerUid) ||
-		    setresuid(kAttackerUid, kAttackerUid, kAttackerUid))
-			return 10;
-		void *p = mmap(nullptr, len, PROT_READ, MAP_SHARED, memfd, 0);
-		if (p == MAP_FAILED)
+		void *p = attacker_maps(memfd, len);
+		if (!p)
 			return 11;
 		if (control) {
 			p = mmap(nullptr, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -5,6 +5,7 @@
 // context's cap of registrations over one page that the OOM killer ends
 // holds no lock long: every callback marks within its budget. Run as root.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -103,10 +104,30 @@ struct Outcome {
 	int step = 0; // 0: done; otherwise the step that failed
 };
 
+// Locks the process's code (every executable file mapping) in memory,
+// charged where it is now. In a cgroup at its limit, REGISTER's allocation
+// reclaims the cgroup's clean file pages first: the test's own code, which
+// the next instruction then faults in again, and a fault cannot fail with
+// ENOMEM: the OOM killer ends the process (seen once in the Debian 13
+// guest: killed right after a REGISTER returned, at 165,093).
+void lock_code()
+{
+	std::ifstream maps("/proc/self/maps");
+	std::string line;
+	while (std::getline(maps, line)) {
+		unsigned long start, end;
+		char perms[5] = {};
+		if (sscanf(line.c_str(), "%lx-%lx %4s", &start, &end, perms) == 3 &&
+		    perms[2] == 'x' && line.find('/') != std::string::npos)
+			mlock(reinterpret_cast<void *>(start), end - start);
+	}
+}
+
 // In the cgroup: register one page until REGISTER fails, then unmap it; every
 // registration must come out of DRAIN. Returns 0, or the step that failed.
 int fill_and_drain(const MemCgroup &cg, Outcome *o)
 {
+	lock_code();
 	if (!cg.enter())
 		return 1;
 	Ctx c;

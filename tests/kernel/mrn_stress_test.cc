@@ -589,15 +589,7 @@ TEST(UserCap, ContextsPerUser)
 		ctxs.push_back(std::make_unique<Ctx>());
 		ASSERT_TRUE(ctxs.back()->ok()) << i;
 	}
-	errno = 0;
-	int fd = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
-	EXPECT_EQ(-1, fd);
-	EXPECT_EQ(EMFILE, errno);
-	if (fd >= 0)
-		close(fd);
-	ctxs.pop_back();
-	Ctx again;
-	EXPECT_TRUE(again.ok());
+	mrn::expect_one_more_open_is_emfile(&ctxs);
 }
 
 // A DRAIN whose buffer faults into a userfaultfd handler must not hold the

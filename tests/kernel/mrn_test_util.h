@@ -4,6 +4,7 @@
 #ifndef MRN_TEST_UTIL_H
 #define MRN_TEST_UTIL_H
 
+#include <gtest/gtest.h>
 #include <linux/io_uring.h>
 #include <linux/mrnotify.h>
 
@@ -402,6 +403,21 @@ inline bool reset_callback_maxima()
 			return false;
 	}
 	return true;
+}
+
+// With a cap reached (of this user's or this process's contexts): one more
+// open() fails with EMFILE, and after one context is closed it works.
+inline void expect_one_more_open_is_emfile(std::vector<std::unique_ptr<Ctx>> *ctxs)
+{
+	errno = 0;
+	int fd = open(MRN_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+	EXPECT_EQ(-1, fd);
+	EXPECT_EQ(EMFILE, errno);
+	if (fd >= 0)
+		close(fd);
+	ctxs->pop_back();
+	Ctx again;
+	EXPECT_TRUE(again.ok());
 }
 
 // MRN_MARK_BUDGET in kernel/mrn_internal.h: the most registrations one
