@@ -452,10 +452,13 @@ int Cache::find(void *addr, size_t len, Entry **out)
 
 int Cache::get_not_fresh(uintptr_t s, uintptr_t e, uint32_t access, void *arg, Entry **out)
 {
+	// A plain miss (nothing moved) goes straight on: no second section.
+	if (load_generation(gen_ptr_.load(std::memory_order_relaxed)) ==
+	    seen_gen_.load(std::memory_order_relaxed))
+		return get_slow(s, e, access, arg, out);
 	Entry *x = lock_.read([this, s, e, access](const auto &section) -> Entry * {
 		const uint32_t *words = valid_words();
-		if (!words || load_generation(gen_ptr_.load(std::memory_order_relaxed)) ==
-				      seen_gen_.load(std::memory_order_relaxed))
+		if (!words)
 			return nullptr;
 		Entry *c = find_for(s, e, access);
 		if (!c || !valid_by_word(words, __atomic_load_n(&c->watch_id, __ATOMIC_RELAXED)))

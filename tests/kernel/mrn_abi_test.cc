@@ -484,7 +484,7 @@ TEST_F(Validity, AnInvalidationChangesOnlyItsRegistrationsWord)
 	EXPECT_FALSE(valid(ids[2]));
 	const int64_t again = c.reg(m.get() + 2 * ps, ps, 9);
 	ASSERT_GT(again, 0);
-	EXPECT_EQ(static_cast<uint32_t>(ids[2]) == static_cast<uint32_t>(again), true);
+	EXPECT_EQ(static_cast<uint32_t>(ids[2]), static_cast<uint32_t>(again)) << "slot reused";
 	EXPECT_TRUE(valid(again));
 	EXPECT_FALSE(valid(ids[2]));
 }
